@@ -1,0 +1,54 @@
+# SpecServing developer entry points. `make test` is the one CI runs (.ci/run).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Everything heavy (Go-built control plane, SGLang venvs, wheels) lives outside the repo, keyed by version.
+export SPECSERVING_CACHE ?= $(HOME)/.cache/specserving
+
+.PHONY: help venv test test-unit test-decode-path test-cluster demo render cluster-up cluster-down cluster-env cluster-build crds verify
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
+
+$(PY): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip==25.3
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(PY)
+
+venv: $(PY) ## create .venv with the operator and its test tools
+
+test: test-unit test-decode-path test-cluster ## run every test tier (unit, decode_path, cluster)
+
+test-unit: $(PY) ## pure tests: spec model, CRD, renderer golden files, validation
+	$(PY) -m pytest tests/unit
+
+test-decode-path: $(PY) ## the real SGLang wheels of every supported version, on CPU
+	bash hack/decode-path-env.sh
+	$(PY) -m pytest tests/decode_path
+
+test-cluster: $(PY) cluster-build ## the real control plane on 127.0.0.1 (kube-apiserver, etcd, kwok)
+	$(PY) -m pytest tests/cluster
+
+demo: $(PY) ## render the seed's DSPARK TP8/DP8 example (see README for what it does today)
+	$(VENV)/bin/specserving validate -f examples/dspark-pd-tp8dp8.yaml
+	$(VENV)/bin/specserving render -f examples/dspark-pd-tp8dp8.yaml
+
+crds: $(PY) ## regenerate crds/ from the Python API types
+	$(VENV)/bin/specserving crd > crds/specserving.io_specservings.yaml
+
+cluster-build: ## build (or reuse) the control-plane binaries in $SPECSERVING_CACHE
+	bash hack/cluster.sh build
+
+cluster-up: ## start the local control plane with fake 8-GPU RDMA nodes
+	bash hack/cluster.sh up
+
+cluster-down: ## stop the local control plane
+	bash hack/cluster.sh down
+
+cluster-env: ## print the KUBECONFIG export for the local control plane
+	@bash hack/cluster.sh env
