@@ -1,0 +1,1 @@
+"""The SpecServing API: typed spec and status, the CRD generated from them, and parsing of raw objects."""

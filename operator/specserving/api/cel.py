@@ -1,0 +1,60 @@
+"""Evaluate the CRD's CEL rules (x-kubernetes-validations) offline, as the apiserver does on admission.
+
+The rules live only in the CRD (generated from types.py); this module lets `specserving validate` apply
+them without a cluster, through cel-python.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import celpy
+
+from specserving.problems import Problem
+
+
+@lru_cache(maxsize=None)
+def _program(expr: str) -> Any:
+    env = celpy.Environment()
+    return env.program(env.compile(expr))
+
+
+def _evaluate(expr: str, value: Any) -> Any:
+    return _program(expr).evaluate({"self": celpy.json_to_cel(value)})
+
+
+def _rule_problems(path: str, value: Any, rules: list[dict[str, Any]]) -> list[Problem]:
+    out = []
+    for rule in rules:
+        try:
+            passed = bool(_evaluate(rule["rule"], value))
+        except Exception as exc:  # a rule that cannot evaluate is a failed rule, as in the apiserver
+            out.append(Problem(path, f"{rule['message']} (rule could not be evaluated: {exc})"))
+            continue
+        if passed:
+            continue
+        message = rule["message"]
+        if "messageExpression" in rule:
+            try:
+                message = str(_evaluate(rule["messageExpression"], value))
+            except Exception:  # the static message is the documented fallback
+                pass
+        out.append(Problem(path + rule.get("fieldPath", ""), message))
+    return out
+
+
+def check(value: Any, schema: dict[str, Any], path: str = "") -> list[Problem]:
+    """Every CEL rule in `schema` that `value` breaks, with the path the rule blames."""
+    problems: list[Problem] = []
+    if schema.get("x-kubernetes-validations"):
+        problems += _rule_problems(path, value, schema["x-kubernetes-validations"])
+    if isinstance(value, dict):
+        for name, prop in schema.get("properties", {}).items():
+            if name in value:
+                child = f"{path}.{name}" if path else name
+                problems += check(value[name], prop, child)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            problems += check(item, schema["items"], f"{path}[{i}]")
+    return problems

@@ -1,0 +1,77 @@
+"""Check a raw object against the CRD's structural schema offline, with kube-apiserver-like messages.
+
+The apiserver does this itself on `kubectl apply`; the CLI and tests need the same answer without one.
+jsonschema does the checking; this module only maps its findings onto field paths and Kubernetes wording.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonschema
+
+from specserving.problems import Problem
+
+
+def _strict(schema: dict[str, Any]) -> dict[str, Any]:
+    """Unknown fields are errors offline (kubectl's strict field validation), so close every object."""
+    out = copy.deepcopy(schema)
+
+    def walk(node: dict[str, Any]) -> None:
+        if node.get("type") == "object" and "properties" in node \
+                and not node.get("x-kubernetes-preserve-unknown-fields"):
+            node.setdefault("additionalProperties", False)
+        for child in node.get("properties", {}).values():
+            walk(child)
+        if isinstance(node.get("items"), dict):
+            walk(node["items"])
+
+    walk(out)
+    return out
+
+
+def _path(prefix: str, parts: Any) -> str:
+    path = prefix
+    for p in parts:
+        path += f"[{p}]" if isinstance(p, int) else f".{p}"
+    return path
+
+
+def _message(err: jsonschema.ValidationError) -> tuple[list[Any], str]:
+    where = list(err.absolute_path)
+    v, val = err.validator, err.validator_value
+    if v == "required":
+        missing = err.message.split("'")[1]
+        return where + [missing], "Required value"
+    if v == "additionalProperties":
+        extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+        return where + [extra[0]] if len(extra) == 1 else where, \
+            f"unknown field{'s' if len(extra) > 1 else ''} {', '.join(repr(e) for e in extra)}: remove " \
+            f"{'them' if len(extra) > 1 else 'it'} or check the spelling (`kubectl explain specservings.spec`)"
+    if v == "enum":
+        supported = ", ".join(f'"{x}"' for x in val)
+        return where, f'Unsupported value: "{err.instance}": supported values: {supported}'
+    if v == "type":
+        return where, f"Invalid value: {err.instance!r}: must be of type {val}"
+    if v == "minimum":
+        return where, f"Invalid value: {err.instance}: must be greater than or equal to {val}"
+    if v == "maximum":
+        return where, f"Invalid value: {err.instance}: must be less than or equal to {val}"
+    if v == "maxLength":
+        return where, f"Too long: may not be longer than {val}"
+    if v == "maxItems":
+        return where, f"Too many: {len(err.instance)}: must have at most {val} items"
+    if v == "pattern":
+        return where, f"Invalid value: {err.instance!r}: must match the pattern {val!r}"
+    return where, err.message
+
+
+def check(obj: dict[str, Any], openapi: dict[str, Any]) -> list[Problem]:
+    """Every structural error in `obj` (a whole SpecServing), with its field path."""
+    validator = jsonschema.Draft7Validator(_strict(openapi))
+    problems = []
+    for err in validator.iter_errors(obj):
+        where, msg = _message(err)
+        problems.append(Problem(_path("", where).lstrip("."), msg))
+    return sorted(set(problems))

@@ -1,0 +1,116 @@
+"""The `specserving` command: render, validate and print the CRD offline; run the operator.
+
+Bad input gets one line on stderr naming the problem, exit code 2, and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import yaml
+
+EXIT_REFUSED = 1  # a well-formed SpecServing that validation refuses
+EXIT_INVALID = 2  # input that is not a SpecServing at all: missing file, not YAML, wrong kind, unknown fields
+
+
+class InputError(Exception):
+    """The user's input cannot be used; the message is the one line they see."""
+
+
+def _dump_all(docs: list[dict[str, Any]]) -> str:
+    return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False, width=120)
+
+
+def load_object(path: str) -> dict[str, Any]:
+    """Read one SpecServing from a YAML file ('-' for stdin)."""
+    try:
+        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise InputError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if len(docs) != 1 or not isinstance(docs[0], dict):
+        raise InputError(f"{path}: expected exactly one SpecServing object, found {len(docs)} documents")
+    return docs[0]
+
+
+def _validated(path: str) -> tuple[dict[str, Any], Any]:
+    from specserving.validation import validate
+
+    obj = load_object(path)
+    return obj, validate(obj)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    _, report = _validated(args.file)
+    for w in report.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    for e in report.errors:
+        print(f"error: {e}", file=sys.stderr)
+    if report.errors:
+        print(f"{args.file}: {len(report.errors)} error(s); nothing would be admitted", file=sys.stderr)
+        return EXIT_INVALID if report.malformed else EXIT_REFUSED
+    print(f"{args.file}: valid")
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from specserving.rendering import render
+
+    obj, report = _validated(args.file)
+    for w in report.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    if report.errors:
+        for e in report.errors:
+            print(f"error: {e}", file=sys.stderr)
+        return EXIT_INVALID if report.malformed else EXIT_REFUSED
+    if args.namespace:
+        obj.setdefault("metadata", {})["namespace"] = args.namespace
+    sys.stdout.write(_dump_all(render(obj)))
+    return 0
+
+
+def cmd_crd(args: argparse.Namespace) -> int:
+    from specserving.api.schema import crd
+
+    sys.stdout.write(_dump_all([crd()]))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specserving", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("render", help="print every manifest of a SpecServing as multi-document YAML")
+    p.add_argument("-f", "--file", required=True, help="the SpecServing YAML file ('-' for stdin)")
+    p.add_argument("-n", "--namespace", help="set the namespace of the rendered objects")
+    p.set_defaults(func=cmd_render)
+    p = sub.add_parser("validate", help="print every error with its field path; exit 1 when there are errors")
+    p.add_argument("-f", "--file", required=True, help="the SpecServing YAML file ('-' for stdin)")
+    p.set_defaults(func=cmd_validate)
+    p = sub.add_parser("crd", help="print the SpecServing CustomResourceDefinition")
+    p.set_defaults(func=cmd_crd)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except InputError as exc:
+        print(f"specserving: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

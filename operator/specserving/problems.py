@@ -1,0 +1,39 @@
+"""Field-path errors and warnings: the one vocabulary that validation, admission and the CLI report in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    """One thing wrong (or worth a warning) with a SpecServing, blamed on a field path such as spec.engine.dp."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        # Rules on the whole object (such as the name-length rule) name their field in the message itself.
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+@dataclass
+class Report:
+    """Every error and warning found in one SpecServing; errors mean it must be refused."""
+
+    errors: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+    # True when the object is not a well-formed SpecServing at all (wrong kind, unknown fields, wrong types).
+    malformed: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def extend(self, other: Report) -> None:
+        self.errors.extend(other.errors)
+        self.warnings.extend(other.warnings)
+
+    def summary(self) -> str:
+        """All errors as one message, the form admission and conditions use."""
+        return "; ".join(str(e) for e in self.errors)

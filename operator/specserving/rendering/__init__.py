@@ -1,0 +1,50 @@
+"""The renderer: a pure function from a SpecServing object to every manifest of its deployment.
+
+No I/O, clocks or randomness: the same input always gives the same, sorted output. The operator, the admission
+webhook and `specserving render` all call `render`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specserving import API_VERSION, KIND
+from specserving.api.loading import spec_of
+from specserving.rendering import labels as L
+from specserving.rendering.image import ResolvedImage, base_image
+from specserving.rendering.pools import render_pool
+from specserving.rendering.router import render_router
+
+_KIND_ORDER = ["ServiceAccount", "Role", "RoleBinding", "Service", "PodDisruptionBudget", "Deployment",
+               "LeaderWorkerSet", "ServiceMonitor"]
+
+
+def owner_reference(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj["metadata"]
+    return {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"], "uid": meta["uid"],
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def render(obj: dict[str, Any], image: ResolvedImage | None = None) -> list[dict[str, Any]]:
+    """Every child manifest of the SpecServing `obj` (a schema-valid object; see validation.validate).
+
+    Children carry the owner's namespace and, when the owner has a uid, an ownerReference to it.
+    `image` defaults to the base image used as-is.
+    """
+    spec = spec_of(obj)
+    name = obj["metadata"]["name"]
+    namespace = obj["metadata"].get("namespace")
+    image = image or base_image(spec)
+    children = [
+        *render_pool(name, spec, L.PREFILL, image),
+        *render_pool(name, spec, L.DECODE, image),
+        *render_router(name, spec, image),
+    ]
+    for child in children:
+        meta = child["metadata"]
+        if namespace:
+            meta["namespace"] = namespace
+        if obj["metadata"].get("uid"):
+            meta["ownerReferences"] = [owner_reference(obj)]
+    children.sort(key=lambda c: (_KIND_ORDER.index(c["kind"]), c["metadata"]["name"]))
+    return children

@@ -1,0 +1,155 @@
+"""Validation of a SpecServing as pure functions: every error with its field path and fix, warnings apart.
+
+Rules have one home each. Shape (types, enums, bounds, unknown fields) and local cross-field invariants live in
+the CRD (schema and CEL, generated from api/types.py); `validate` re-applies them offline so the CLI gives the
+apiserver's answer without a cluster. The rules that need knowledge the CRD cannot hold live here: the
+PD-decode builder table per SGLang version, SGLang's own start-up rules, flags the renderer owns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specserving import API_VERSION, KIND
+from specserving.api import cel, structural
+from specserving.api.loading import defaulted, schema, spec_of
+from specserving.api.types import SpecServingSpec
+from specserving.capabilities import CapabilityTable, load, version_key
+from specserving.problems import Problem, Report
+from specserving.rendering.args import OWNED_FLAGS, flag_name
+from specserving.rendering.image import sglang_version
+
+CRASH = "'NoneType' object has no attribute 'prepare_for_decode'"
+# SGLang refuses to start DSPARK under DP attention with any other all-to-all MoE backend.
+DSPARK_DP_MOE_A2A = ("none", "megamoe", "mori")
+ROLE_SWITCH_FLAG = "--enable-pd-role-switch"
+
+
+def _fmt(algs: frozenset[str] | set[str]) -> str:
+    return ", ".join(sorted(algs)) or "none"
+
+
+def check_pd_builder(spec: SpecServingSpec, table: CapabilityTable) -> Report:
+    """The decode pool's algorithm must have a PD-decode draft-input builder in the image's SGLang."""
+    report = Report()
+    path = "spec.speculative.algorithm"
+    alg = spec.speculative.algorithm
+    version = sglang_version(spec)
+    may_build = spec.image.build.policy == "IfNeeded"
+    if version is None:
+        report.warnings.append(Problem("spec.image.sglangVersion", (
+            f"cannot tell the SGLang version from image {spec.image.base!r}; set spec.image.sglangVersion "
+            f"(for example \"0.5.23\") so that {alg} can be checked for a PD-decode builder"
+            + ("; until then the build probe decides" if may_build else ""))))
+        return report
+    caps = table.lookup(version)
+    if caps is None:
+        report.warnings.append(Problem("spec.image.sglangVersion", (
+            f"SGLang {version} is not in the capability table (known: {', '.join(sorted(table.versions, key=version_key))}); "
+            + ("the build probe will decide whether it has a PD-decode builder for " + alg if may_build else
+               f"nothing proves it has a PD-decode builder for {alg}: its first decode may crash with {CRASH}"))))
+        return report
+    builders = caps.builders(with_fix=may_build)
+    if alg in builders:
+        return report
+    if alg not in caps.algorithms:
+        first = table.earliest_with(alg, with_fix=True)
+        reason = f"SGLang {version} does not know the algorithm {alg}"
+        reason += f" (it first appears with a PD-decode builder in {first})" if first else ""
+    else:
+        reason = (f"SGLang {version} has no PD-decode draft-input builder for {alg}"
+                  f"{'' if may_build else ' in the base image'}, so the first decode would crash with {CRASH}")
+    ways = []
+    if not may_build and alg in caps.with_fix:
+        ways.append("set spec.image.build.policy to IfNeeded so the operator builds the fixed image")
+    ways.append(f"choose an algorithm with a builder in {version}: {_fmt(builders)}")
+    newest = table.latest_with(alg, with_fix=False)
+    if newest and version_key(newest) > version_key(version):
+        oldest = min((v for v, c in table.versions.items()
+                      if alg in c.upstream and version_key(v) > version_key(version)), key=version_key)
+        ways.append(f"or upgrade the image to SGLang {oldest} or later, whose own builder covers {alg}")
+    report.errors.append(Problem(path, f'Unsupported value: "{alg}": {reason}; algorithms with one: '
+                                       f"{_fmt(builders)}. Fix: {'; '.join(ways)}"))
+    return report
+
+
+def check_sglang_startup_rules(spec: SpecServingSpec) -> Report:
+    """SGLang's own refusals at start-up, caught before a GPU node is spent on them."""
+    report = Report()
+    alg, eng = spec.speculative.algorithm, spec.engine
+    if alg in ("DSPARK", "DFLASH") and eng.enable_dp_attention and not eng.enable_dp_lm_head:
+        report.errors.append(Problem("spec.engine.enableDpLmHead", (
+            f"Invalid value: false: SGLang refuses {alg} under DP attention without --enable-dp-lm-head; "
+            "set enableDpLmHead: true or enableDpAttention: false")))
+    if alg == "DSPARK" and eng.enable_dp_attention and eng.moe_a2a_backend \
+            and eng.moe_a2a_backend not in DSPARK_DP_MOE_A2A:
+        report.errors.append(Problem("spec.engine.moeA2aBackend", (
+            f'Unsupported value: "{eng.moe_a2a_backend}": SGLang refuses DSPARK under DP attention with this '
+            f"--moe-a2a-backend; use one of {', '.join(DSPARK_DP_MOE_A2A)}")))
+    return report
+
+
+def check_extra_args(spec: SpecServingSpec) -> Report:
+    """extraArgs may not set flags the operator renders from typed fields, nor turn on PD role switching."""
+    report = Report()
+    for path, args in (("spec.engine.extraArgs", spec.engine.extra_args),
+                       ("spec.prefill.extraArgs", spec.prefill.extra_args),
+                       ("spec.decode.extraArgs", spec.decode.extra_args)):
+        for i, token in enumerate(args or []):
+            flag = flag_name(token)
+            if flag in OWNED_FLAGS:
+                report.errors.append(Problem(f"{path}[{i}]", (
+                    f'Forbidden: "{flag}" is set by the operator from {OWNED_FLAGS[flag]}; remove it from '
+                    "extraArgs and set that field instead")))
+            elif flag == ROLE_SWITCH_FLAG:
+                report.errors.append(Problem(f"{path}[{i}]", (
+                    f'Forbidden: "{flag}" makes SGLang refuse every speculative algorithm; remove it')))
+    return report
+
+
+def check_warnings(spec: SpecServingSpec) -> Report:
+    report = Report()
+    if spec.prefill.speculative_decoding == "Disabled":
+        report.warnings.append(Problem("spec.prefill.speculativeDecoding", (
+            f"prefill runs without speculative decoding while decode runs {spec.speculative.algorithm}; this "
+            "works (the decode side builds its own draft state) but the prefill pool does not produce draft "
+            "hidden states")))
+    return report
+
+
+def semantic_checks(spec: SpecServingSpec, table: CapabilityTable | None = None) -> Report:
+    """The rules the CRD cannot express, on a spec that already passed the schema and CEL."""
+    table = table or load()
+    report = Report()
+    for check in (check_pd_builder(spec, table), check_sglang_startup_rules(spec), check_extra_args(spec),
+                  check_warnings(spec)):
+        report.extend(check)
+    return report
+
+
+def validate(obj: dict[str, Any], table: CapabilityTable | None = None, *, run_cel: bool = True) -> Report:
+    """Everything wrong with the SpecServing object `obj`: schema, CEL rules, then the semantic rules.
+
+    `run_cel=False` skips the CEL rules, for callers behind an apiserver that has already applied them.
+    """
+    report = Report()
+    if obj.get("apiVersion") != API_VERSION or obj.get("kind") != KIND:
+        report.errors.append(Problem("kind", (
+            f"expected apiVersion {API_VERSION} and kind {KIND}, got {obj.get('apiVersion')!r} and "
+            f"{obj.get('kind')!r}")))
+        report.malformed = True
+        return report
+    if not isinstance(obj.get("metadata"), dict) or not obj["metadata"].get("name"):
+        report.errors.append(Problem("metadata.name", "Required value: give the SpecServing a name"))
+        report.malformed = True
+        return report
+    full = defaulted(obj)
+    report.errors += structural.check(full, schema())
+    if report.errors:
+        report.malformed = True
+        return report  # CEL and semantics assume the shape is right
+    if run_cel:
+        report.errors += cel.check(full, schema())
+    semantics = semantic_checks(spec_of(full), table)
+    report.extend(semantics)
+    return report
