@@ -48,10 +48,10 @@ OWNED_FLAGS: dict[str, str] = {
 
 
 def server_args(spec: SpecServingSpec, role: str, *, multinode: bool) -> list[str]:
-    """The full SGLang command line of one pool's serving container."""
+    """The SGLang flags of one pool's serving container (its command is LAUNCHER)."""
     eng, spec_dec, transfer = spec.engine, spec.speculative, spec.transfer
     pool = spec.prefill if role == PREFILL else spec.decode
-    args = [*LAUNCHER, "--model-path", spec.model.path]
+    args = ["--model-path", spec.model.path]
     if spec.model.served_model_name:
         args += ["--served-model-name", spec.model.served_model_name]
     if spec.model.trust_remote_code:

@@ -10,7 +10,7 @@ from typing import Any
 
 from specserving.api.types import SpecServingSpec
 from specserving.rendering import labels as L
-from specserving.rendering.args import server_args, speculates
+from specserving.rendering.args import LAUNCHER, server_args, speculates
 from specserving.rendering.image import ResolvedImage
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -155,6 +155,7 @@ def pod_template(name: str, spec: SpecServingSpec, role: str, image: ResolvedIma
         "name": "sglang",
         "image": image.ref,
         "imagePullPolicy": spec.image.pull_policy,
+        "command": list(LAUNCHER),
         "args": server_args(spec, role, multinode=multinode),
         "env": _env(spec, role),
         "ports": _ports(spec, role),

@@ -10,6 +10,7 @@ from specserving.api.types import SpecServingSpec
 from specserving.rendering import labels as L
 from specserving.rendering.image import ResolvedImage
 
+LAUNCHER = ["python3", "-m", "sglang_router.launch_router"]
 METRICS_PORT = 29000
 DEFAULT_RESOURCES = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "4Gi"}}
 
@@ -24,7 +25,7 @@ def _selector_args(name: str, spec: SpecServingSpec, role: str) -> list[str]:
 
 def router_args(name: str, spec: SpecServingSpec) -> list[str]:
     r = spec.router
-    args = ["python3", "-m", "sglang_router.launch_router", "--pd-disaggregation", "--service-discovery",
+    args = ["--pd-disaggregation", "--service-discovery",
             "--prefill-selector", *_selector_args(name, spec, L.PREFILL),
             "--decode-selector", *_selector_args(name, spec, L.DECODE),
             "--service-discovery-namespace", "$(POD_NAMESPACE)",
@@ -47,6 +48,7 @@ def render_router(name: str, spec: SpecServingSpec, image: ResolvedImage) -> lis
         "name": "router",
         "image": spec.router.image or image.ref,
         "imagePullPolicy": spec.image.pull_policy,
+        "command": list(LAUNCHER),
         "args": router_args(name, spec),
         "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
         "ports": [{"name": "http", "containerPort": spec.router.port, "protocol": "TCP"},
