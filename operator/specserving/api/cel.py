@@ -14,10 +14,14 @@ import celpy
 from specserving.problems import Problem
 
 
+# One environment per process: creating one raises the interpreter's recursion limit (celpy needs 2500), and
+# doing that once at import keeps the limit stable for the rest of the process.
+_ENV = celpy.Environment()
+
+
 @lru_cache(maxsize=None)
 def _program(expr: str) -> Any:
-    env = celpy.Environment()
-    return env.program(env.compile(expr))
+    return _ENV.program(_ENV.compile(expr))
 
 
 def _evaluate(expr: str, value: Any) -> Any:

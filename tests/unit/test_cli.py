@@ -1,0 +1,99 @@
+"""The CLI as a user meets it: output, exit codes, and one clear line (never a traceback) for bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .builders import ROOT, SEED_EXAMPLE, seed
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "specserving.cli", *args], capture_output=True, text=True,
+                          input=stdin, cwd=ROOT, timeout=120)
+
+
+def test_render_prints_the_seed_deployment() -> None:
+    out = run("render", "-f", str(SEED_EXAMPLE))
+    assert out.returncode == 0, out.stderr
+    docs = list(yaml.safe_load_all(out.stdout))
+    deps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    assert set(deps) == {"dsv4-flash-prefill", "dsv4-flash-decode", "dsv4-flash-router"}
+    for role in ("prefill", "decode"):
+        pod = deps[f"dsv4-flash-{role}"]["spec"]["template"]
+        c = pod["spec"]["containers"][0]
+        args = " ".join(c["args"])
+        for want in (f"--disaggregation-mode {role}", "--speculative-algorithm DSPARK", "--tp-size 8",
+                     "--dp-size 8", "--enable-dp-attention",
+                     "--disaggregation-ib-device mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7"):
+            assert want in args
+        assert c["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/ib": "8"}
+        assert "IPC_LOCK" in c["securityContext"]["capabilities"]["add"]
+    assert "--cuda-graph-bs-decode 1 2 3 4 5 6 7 8 9 10 12 16" in " ".join(
+        deps["dsv4-flash-decode"]["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert deps["dsv4-flash-prefill"]["spec"]["template"]["metadata"]["annotations"] == {
+        "sglang.ai/bootstrap-port": "8998"}
+    router_args = deps["dsv4-flash-router"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert router_args[:2] == ["--pd-disaggregation", "--service-discovery"]
+
+
+def test_render_namespace_flag() -> None:
+    out = run("render", "-f", str(SEED_EXAMPLE), "-n", "prod")
+    assert {d["metadata"]["namespace"] for d in yaml.safe_load_all(out.stdout)} == {"prod"}
+
+
+def test_validate_accepts_every_example() -> None:
+    for example in sorted((ROOT / "examples").glob("*.yaml")):
+        out = run("validate", "-f", str(example))
+        assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize(("changes", "words"), [
+    ({"spec.speculative.algorithm": "NGRAM"}, ["spec.speculative.algorithm", "0.5.17", "DSPARK, EAGLE"]),
+    ({"spec.image.base": "lmsysorg/sglang:v0.5.18-cu129", "spec.image.build": {"policy": "Never"},
+      "spec.speculative.algorithm": "DFLASH"}, ["spec.speculative.algorithm", "0.5.18", "DSPARK, EAGLE"]),
+])
+def test_validate_refuses_with_exit_1(tmp_path: Path, changes: dict[str, object], words: list[str]) -> None:
+    f = tmp_path / "cr.yaml"
+    f.write_text(yaml.safe_dump(seed(**changes)))
+    out = run("validate", "-f", str(f))
+    assert out.returncode == 1
+    for word in words:
+        assert word in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    (None, ["no such file"]),
+    ("spec: [", ["not valid YAML", "line"]),
+    ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n", ["kind", "SpecServing"]),
+    (yaml.safe_dump(seed(**{"spec.engine.tensorParallel": 8})), ["spec.engine.tensorParallel", "unknown field"]),
+    ("a: 1\n---\nb: 2\n", ["exactly one"]),
+], ids=["missing-file", "not-yaml", "wrong-kind", "unknown-field", "two-documents"])
+def test_bad_input_gets_one_line_and_exit_2(tmp_path: Path, content: str | None, words: list[str]) -> None:
+    f = tmp_path / "cr.yaml"
+    if content is not None:
+        f.write_text(content)
+    for command in ("validate", "render"):
+        out = run(command, "-f", str(f))
+        assert out.returncode == 2, out.stderr
+        assert "Traceback" not in out.stderr
+        errors = [line for line in out.stderr.splitlines() if not line.endswith("nothing would be admitted")]
+        assert len(errors) == 1, out.stderr
+        for word in words:
+            assert word in out.stderr
+
+
+def test_crd_command_prints_the_committed_crd() -> None:
+    out = run("crd")
+    assert out.returncode == 0
+    assert out.stdout == (ROOT / "crds" / "specserving.io_specservings.yaml").read_text()
+
+
+def test_stdin() -> None:
+    out = run("validate", "-f", "-", stdin=SEED_EXAMPLE.read_text())
+    assert out.returncode == 0, out.stderr

@@ -1,0 +1,110 @@
+"""Property tests: every valid spec renders, and every pool pod asks for what its engine settings imply."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specserving.capabilities import load
+from specserving.rendering import render
+from specserving.validation import validate
+
+TABLE = load()
+
+
+@st.composite
+def specservings(draw: st.DrawFn) -> dict[str, Any]:
+    version = draw(st.sampled_from(sorted(TABLE.versions)))
+    policy = draw(st.sampled_from(["IfNeeded", "Never"]))
+    algorithm = draw(st.sampled_from(sorted(TABLE.versions[version].builders(policy == "IfNeeded"))))
+    nodes = draw(st.sampled_from([1, 1, 1, 2, 4]))
+    gpus_per_pod = draw(st.sampled_from([1, 2, 4, 8]))
+    tp = gpus_per_pod * nodes
+    dp_attention = draw(st.booleans())
+    dp = draw(st.sampled_from([d for d in (1, 2, 4, 8, 16, 32) if tp % d == 0])) if dp_attention else draw(
+        st.integers(1, 8))
+    backend = draw(st.sampled_from(["mooncake", "mooncake_tcp", "nixl"]))
+    transfer: dict[str, Any] = {"backend": backend}
+    if backend != "mooncake_tcp" and draw(st.booleans()):
+        transfer["ibDevices"] = [f"mlx5_{i}" for i in range(gpus_per_pod)]
+    if draw(st.booleans()):
+        transfer["rdma"] = {"resourceName": "rdma/hca_shared_devices_a", "count": draw(st.integers(1, 8))}
+    if draw(st.booleans()):
+        transfer["network"] = {"mode": "Multus", "multusNetworks": ["ib-net"]}
+    pool = {"nodesPerReplica": nodes, "replicas": draw(st.integers(0, 5))}
+    return {
+        "apiVersion": "specserving.io/v1alpha1",
+        "kind": "SpecServing",
+        "metadata": {"name": draw(st.from_regex(r"[a-z][a-z0-9]{0,20}", fullmatch=True)), "namespace": "ns",
+                     "uid": "u-1"},
+        "spec": {
+            "model": {"path": "/m/model"},
+            "image": {"base": f"lmsysorg/sglang:v{version}-cu129", "build": {"policy": policy}},
+            "engine": {"tp": tp, "dp": dp, "enableDpAttention": dp_attention, "enableDpLmHead": True},
+            "speculative": {"algorithm": algorithm},
+            "prefill": {**pool, "speculativeDecoding": draw(st.sampled_from(["Enabled", "Disabled"]))},
+            "decode": {**pool, "cudaGraphBatchSizes": draw(st.lists(st.integers(1, 256), max_size=6))},
+            "transfer": transfer,
+        },
+    }
+
+
+def _pod_specs(children: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for c in children:
+        role = c["metadata"]["labels"]["specserving.io/role"]
+        if c["kind"] == "Deployment" and role != "router":
+            out.append((role, c["spec"]["template"]))
+        if c["kind"] == "LeaderWorkerSet":
+            tmpl = c["spec"]["leaderWorkerTemplate"]
+            out += [(role, tmpl["leaderTemplate"]), (role, tmpl["workerTemplate"])]
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(specservings())
+def test_every_valid_spec_renders_pods_that_ask_for_their_gpus_and_rdma(obj: dict[str, Any]) -> None:
+    report = validate(obj)
+    assert report.ok, report.summary()
+    children = render(obj)
+    spec = obj["spec"]
+    tp, nodes = spec["engine"]["tp"], spec["prefill"]["nodesPerReplica"]
+    pods = _pod_specs(children)
+    assert {r for r, _ in pods} == {"prefill", "decode"}
+    for role, tmpl in pods:
+        (container,) = tmpl["spec"]["containers"]
+        limits = container["resources"]["limits"]
+        assert limits["nvidia.com/gpu"] == str(tp // nodes)
+        rdma = spec["transfer"].get("rdma", {})
+        rdma_name = rdma.get("resourceName", "rdma/ib")
+        if spec["transfer"]["backend"] == "mooncake_tcp":
+            assert rdma_name not in limits
+        else:
+            assert limits[rdma_name] == str(rdma.get("count", tp // nodes))
+        assert container["resources"]["requests"] == limits
+        assert "IPC_LOCK" in container["securityContext"]["capabilities"]["add"]
+        assert container["securityContext"]["privileged"] is False
+        args = container["args"]
+        assert args[args.index("--tp-size") + 1] == str(tp)
+        assert args[args.index("--disaggregation-mode") + 1] == role
+        if role == "prefill":
+            assert tmpl["metadata"]["annotations"]["sglang.ai/bootstrap-port"] == "8998"
+    for c in children:
+        assert c["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+        assert len(c["metadata"]["name"]) <= 63
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers(-5, 100) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                        st.sampled_from(["tp", "dp", "algorithm", "backend", "ibDevices", "replicas", "x"]),
+                        inner, max_size=3), max_leaves=8))
+def test_arbitrary_engine_input_is_refused_with_paths_never_an_exception(junk: Any) -> None:
+    obj = {"apiVersion": "specserving.io/v1alpha1", "kind": "SpecServing", "metadata": {"name": "a"},
+           "spec": {"model": {"path": "/m"}, "image": {"base": "lmsysorg/sglang:v0.5.23"}, "engine": junk,
+                    "transfer": junk}}
+    report = validate(obj)
+    for e in report.errors:
+        assert e.path.startswith("spec."), e

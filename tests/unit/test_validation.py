@@ -1,0 +1,116 @@
+"""One case per validation rule: the field path it blames and the words of its message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from specserving.api.naming import MAX_NAME_LENGTH
+from specserving.validation import validate
+
+from .builders import DELETE, seed
+
+IB8 = [f"mlx5_{i}" for i in range(8)]
+
+# (case id, changes to the seed example, blamed path, words the message must contain)
+REFUSED: list[tuple[str, dict[str, Any], str, list[str]]] = [
+    ("ngram-has-no-builder", {"spec.speculative.algorithm": "NGRAM"}, "spec.speculative.algorithm",
+     ["NGRAM", "SGLang 0.5.17", "algorithms with one: DFLASH, DSPARK, EAGLE, EAGLE3, FROZEN_KV_MTP"]),
+    ("uno-has-no-builder", {"spec.image.base": "lmsysorg/sglang:v0.5.23", "spec.speculative.algorithm": "UNO"},
+     "spec.speculative.algorithm", ["UNO", "SGLang 0.5.23", "prepare_for_decode"]),
+    ("standalone-has-no-builder", {"spec.speculative.algorithm": "STANDALONE"}, "spec.speculative.algorithm",
+     ["STANDALONE", "choose an algorithm with a builder"]),
+    ("dflash-0.5.18-without-fix", {"spec.image.base": "lmsysorg/sglang:v0.5.18-cu129",
+                                   "spec.image.build": {"policy": "Never"}, "spec.speculative.algorithm": "DFLASH"},
+     "spec.speculative.algorithm",
+     ["DFLASH", "SGLang 0.5.18", "in the base image", "build.policy to IfNeeded", "upgrade", "0.5.20"]),
+    ("dspark-0.5.16-without-fix", {"spec.image.base": "lmsysorg/sglang:v0.5.16-cu129",
+                                   "spec.image.build": {"policy": "Never"}},
+     "spec.speculative.algorithm", ["DSPARK", "SGLang 0.5.16", "build.policy to IfNeeded", "0.5.17"]),
+    ("dspark-unknown-to-0.5.14", {"spec.image.base": "lmsysorg/sglang:v0.5.14-cu129"},
+     "spec.speculative.algorithm", ["does not know the algorithm DSPARK"]),
+    ("explicit-version-beats-the-tag", {"spec.image.base": "registry.local/sglang:prod",
+                                        "spec.image.sglangVersion": "0.5.16",
+                                        "spec.image.build": {"policy": "Never"}},
+     "spec.speculative.algorithm", ["SGLang 0.5.16"]),
+    ("dp-must-divide-tp", {"spec.engine.dp": 3}, "spec.engine.dp",
+     ["spec.engine.tp must be divisible by spec.engine.dp", "got 8 and 3"]),
+    ("ib-devices-must-match-gpus", {"spec.transfer.ibDevices": IB8[:4]}, "spec.transfer.ibDevices",
+     ["lists 4 devices", "8 GPUs"]),
+    ("mooncake-tcp-takes-no-ib-devices", {"spec.transfer.backend": "mooncake_tcp"}, "spec.transfer.ibDevices",
+     ["mooncake_tcp", "remove ibDevices"]),
+    ("tp-must-fit-the-nodes", {"spec.engine.tp": 16, "spec.engine.dp": 16, "spec.transfer.ibDevices": DELETE},
+     "spec.prefill.nodesPerReplica", ["must split evenly", "raise nodesPerReplica"]),
+    ("dspark-needs-dp-lm-head", {"spec.engine.enableDpLmHead": False}, "spec.engine.enableDpLmHead",
+     ["--enable-dp-lm-head"]),
+    ("dspark-needs-a-dp-moe-backend", {"spec.engine.moeA2aBackend": "deepep"}, "spec.engine.moeA2aBackend",
+     ["deepep", "none, megamoe, mori"]),
+    ("extra-args-may-not-set-owned-flags", {"spec.decode.extraArgs": ["--watchdog-timeout", "600", "--port=1"]},
+     "spec.decode.extraArgs[2]", ["--port", "spec.engine.port"]),
+    ("extra-args-alias-is-owned-too", {"spec.engine.extraArgs": ["--tp", "4"]}, "spec.engine.extraArgs[0]",
+     ["--tp", "spec.engine.tp"]),
+    ("extra-args-may-not-switch-pd-roles", {"spec.prefill.extraArgs": ["--enable-pd-role-switch"]},
+     "spec.prefill.extraArgs[0]", ["refuse every speculative algorithm"]),
+    ("name-too-long", {"metadata.name": "x" * (MAX_NAME_LENGTH + 1)}, "",
+     [f"metadata.name must be at most {MAX_NAME_LENGTH} characters"]),
+    ("volume-needs-one-source", {"spec.model.volume": {"mountPath": "/data2"}}, "spec.model.volume",
+     ["exactly one of persistentVolumeClaim, hostPath or nfs"]),
+    ("model-path-below-the-mount", {"spec.model.volume.mountPath": "/models"}, "spec.model.path",
+     ["below volume.mountPath"]),
+    ("multus-needs-networks", {"spec.transfer.network": {"mode": "Multus"}},
+     "spec.transfer.network.multusNetworks", ["at least one"]),
+    ("unknown-field", {"spec.engine.tensorParallel": 8}, "spec.engine.tensorParallel", ["unknown field"]),
+    ("enum", {"spec.transfer.backend": "rdma"}, "spec.transfer.backend",
+     ['Unsupported value: "rdma"', '"mooncake", "mooncake_tcp", "nixl"']),
+    ("bounds", {"spec.decode.replicas": -1}, "spec.decode.replicas", ["greater than or equal to 0"]),
+    ("required", {"spec.model": {"trustRemoteCode": True}}, "spec.model.path", ["Required value"]),
+    ("fraction-is-a-quoted-decimal", {"spec.engine.memFractionStatic": 0.8}, "spec.engine.memFractionStatic",
+     ["must be of type string"]),
+]
+
+
+@pytest.mark.parametrize(("changes", "path", "words"), [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED])
+def test_refused_with_path_and_message(changes: dict[str, Any], path: str, words: list[str]) -> None:
+    report = validate(seed(**changes))
+    assert not report.ok
+    blamed = [e for e in report.errors if e.path == path]
+    assert blamed, f"no error at {path!r}; got {[str(e) for e in report.errors]}"
+    for word in words:
+        assert any(word in e.message for e in blamed), f"{word!r} not in {[e.message for e in blamed]}"
+
+
+def test_every_error_is_reported_at_once() -> None:
+    report = validate(seed(**{"spec.engine.dp": 3, "spec.transfer.ibDevices": IB8[:2],
+                              "spec.speculative.algorithm": "NGRAM", "spec.decode.extraArgs": ["--host", "x"]}))
+    paths = {e.path for e in report.errors}
+    assert {"spec.engine.dp", "spec.transfer.ibDevices", "spec.speculative.algorithm",
+            "spec.decode.extraArgs[0]"} <= paths
+
+
+@pytest.mark.parametrize("changes", [
+    {},
+    {"spec.image.base": "lmsysorg/sglang:v0.5.16-cu129"},  # DSPARK on 0.5.16 is fine when the fix may be built
+    {"spec.image.base": "lmsysorg/sglang:v0.5.23", "spec.speculative.algorithm": "DFLASH"},
+    {"spec.image.base": "lmsysorg/sglang:v0.5.14", "spec.speculative.algorithm": "EAGLE"},
+    {"spec.decode.extraArgs": ["--watchdog-timeout", "600"]},
+], ids=["seed", "dspark-0.5.16-fixed", "dflash-0.5.23", "eagle-0.5.14", "harmless-extra-args"])
+def test_accepted(changes: dict[str, Any]) -> None:
+    report = validate(seed(**changes))
+    assert report.ok, report.summary()
+
+
+@pytest.mark.parametrize(("changes", "path", "word"), [
+    ({"spec.image.base": "lmsysorg/sglang:latest"}, "spec.image.sglangVersion", "cannot tell the SGLang version"),
+    ({"spec.image.sglangVersion": "0.6.0"}, "spec.image.sglangVersion", "not in the capability table"),
+    ({"spec.prefill.speculativeDecoding": "Disabled"}, "spec.prefill.speculativeDecoding", "without speculative"),
+], ids=["untagged-image", "unknown-version", "prefill-without-speculation"])
+def test_warnings_do_not_refuse(changes: dict[str, Any], path: str, word: str) -> None:
+    report = validate(seed(**changes))
+    assert report.ok, report.summary()
+    assert any(w.path == path and word in w.message for w in report.warnings), report.warnings
+
+
+def test_wrong_kind_is_malformed() -> None:
+    report = validate({**seed(), "kind": "Deployment"})
+    assert report.malformed and report.errors[0].path == "kind"
