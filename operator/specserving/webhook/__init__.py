@@ -1,0 +1,1 @@
+"""The validating admission webhook: TLS material, its configuration object, and the kopf handler."""

@@ -1,0 +1,90 @@
+"""The webhook's pure parts: review on create and update, its TLS material, its configuration object."""
+
+from __future__ import annotations
+
+import base64
+import ssl
+from pathlib import Path
+
+from cryptography import x509
+
+from specserving.admission import refusal_message, review
+from specserving.webhook.configuration import HANDLER_ID, validating_configuration
+from specserving.webhook.tls import generate
+
+from .builders import seed
+
+
+def test_create_refusal_names_every_problem() -> None:
+    report = review(seed(**{"spec.speculative.algorithm": "NGRAM", "spec.decode.extraArgs": ["--host", "x"]}), None)
+    msg = refusal_message(report)
+    assert msg.startswith("SpecServing refused (2 problems): ")
+    assert "spec.speculative.algorithm" in msg and "spec.decode.extraArgs[0]" in msg
+
+
+def test_create_warnings_are_returned() -> None:
+    report = review(seed(**{"spec.prefill.speculativeDecoding": "Disabled"}), None)
+    assert report.ok and report.warnings
+
+
+def test_update_of_the_algorithm_is_allowed() -> None:
+    assert review(seed(**{"spec.speculative.algorithm": "EAGLE"}), seed()).ok
+
+
+def test_update_of_the_transfer_backend_while_running_is_refused() -> None:
+    new = seed(**{"spec.transfer.backend": "nixl"})
+    report = review(new, seed())
+    assert [e.path for e in report.errors] == ["spec.transfer.backend"]
+    assert "scale spec.prefill.replicas and spec.decode.replicas to 0 first" in report.errors[0].message
+
+
+def test_update_of_the_transfer_backend_when_scaled_to_zero_is_allowed() -> None:
+    old = seed(**{"spec.prefill.replicas": 0, "spec.decode.replicas": 0})
+    new = seed(**{"spec.prefill.replicas": 0, "spec.decode.replicas": 0, "spec.transfer.backend": "nixl"})
+    assert review(new, old).ok
+
+
+def test_switching_a_running_pool_between_deployment_and_leaderworkerset_is_refused() -> None:
+    new = seed(**{"spec.decode.nodesPerReplica": 2, "spec.prefill.nodesPerReplica": 2,
+                  "spec.transfer.ibDevices": [f"mlx5_{i}" for i in range(4)]})
+    paths = {e.path for e in review(new, seed()).errors}
+    assert paths == {"spec.prefill.nodesPerReplica", "spec.decode.nodesPerReplica"}
+
+
+def test_update_to_a_crashing_algorithm_is_refused() -> None:
+    report = review(seed(**{"spec.speculative.algorithm": "UNO"}), seed())
+    assert [e.path for e in report.errors] == ["spec.speculative.algorithm"]
+
+
+def test_tls_material_is_a_ca_signed_server_certificate(tmp_path: Path) -> None:
+    material = generate(tmp_path / "certs", ["127.0.0.1", "localhost"])
+    assert oct(material.keyfile.stat().st_mode & 0o777) == "0o600"
+    cert = x509.load_pem_x509_certificate(material.certfile.read_bytes())
+    ca = x509.load_pem_x509_certificate(material.ca_pem)
+    cert.verify_directly_issued_by(ca)
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert sans.get_values_for_type(x509.DNSName) == ["localhost"]
+    # The files load as a server context, as kopf's WebhookServer will load them.
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(material.certfile, material.keyfile)
+
+
+def test_configuration_fails_closed_with_a_short_timeout_on_our_resource_only() -> None:
+    cfg = validating_configuration(b"PEM", url="https://127.0.0.1:9443/")
+    (hook,) = cfg["webhooks"]
+    assert hook["failurePolicy"] == "Fail"
+    assert hook["timeoutSeconds"] <= 10
+    assert hook["sideEffects"] == "None"
+    assert hook["rules"] == [{"apiGroups": ["specserving.io"], "apiVersions": ["v1alpha1"],
+                              "resources": ["specservings"], "operations": ["CREATE", "UPDATE"],
+                              "scope": "Namespaced"}]
+    assert hook["clientConfig"]["url"] == f"https://127.0.0.1:9443/{HANDLER_ID}"
+    assert base64.b64decode(hook["clientConfig"]["caBundle"]) == b"PEM"
+
+
+def test_configuration_for_an_in_cluster_service() -> None:
+    cfg = validating_configuration(b"PEM", service={"namespace": "ops", "name": "specserving-webhook",
+                                                    "port": 443})
+    assert cfg["webhooks"][0]["clientConfig"]["service"] == {"namespace": "ops", "name": "specserving-webhook",
+                                                             "port": 443, "path": f"/{HANDLER_ID}"}
