@@ -1,0 +1,115 @@
+"""Image planning and the build Job: when to build, content-addressed names, and the Job's exact manifest."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specserving.api.loading import spec_of
+from specserving.capabilities import load
+from specserving.imagebuild import context as ctx
+from specserving.imagebuild.job import build_objects, digest_from_message
+from specserving.imagebuild.planning import BUILD, CANNOT_SERVE, NOT_NEEDED, plan
+
+from .builders import ROOT, seed
+
+TABLE = load()
+FIXTURE_CONTEXT = Path(__file__).parent / "imagebuild" / "context"
+GOLDEN = Path(__file__).parent / "imagebuild" / "build-job.expected.yaml"
+
+
+def _plan(**changes: object):  # type: ignore[no-untyped-def]
+    return plan(spec_of(seed(**changes)), TABLE, fix_version="f1", default_registry="registry.local/ml")
+
+
+@pytest.mark.parametrize(("changes", "decision"), [
+    ({}, NOT_NEEDED),  # DSPARK on 0.5.17: upstream builder
+    ({"spec.image.base": "lmsysorg/sglang:v0.5.16-cu129"}, BUILD),
+    ({"spec.image.base": "lmsysorg/sglang:v0.5.23-cu129"}, NOT_NEEDED),
+    ({"spec.image.base": "lmsysorg/sglang:v0.5.18", "spec.speculative.algorithm": "DFLASH"}, BUILD),
+    ({"spec.image.base": "lmsysorg/sglang:nightly"}, BUILD),  # unknown version: the probe decides
+    ({"spec.image.base": "lmsysorg/sglang:nightly", "spec.image.build": {"policy": "Never"}}, NOT_NEEDED),
+    ({"spec.speculative.algorithm": "NGRAM"}, CANNOT_SERVE),
+    ({"spec.image.base": "lmsysorg/sglang:v0.5.16", "spec.image.build": {"policy": "Never"}}, CANNOT_SERVE),
+])
+def test_decision(changes: dict[str, object], decision: str) -> None:
+    assert _plan(**changes).decision == decision
+
+
+def test_same_base_fix_and_registry_share_one_build() -> None:
+    a = _plan(**{"spec.image.base": "lmsysorg/sglang:v0.5.16-cu129"})
+    b = plan(spec_of(seed(**{"metadata.name": "other", "spec.image.base": "lmsysorg/sglang:v0.5.16-cu129",
+                             "spec.decode.replicas": 7})), TABLE, fix_version="f1", default_registry="registry.local/ml")
+    assert a.build_name == b.build_name and a.target == b.target
+    assert a.target == f"registry.local/ml/sglang-pd:pd-{a.build_key}"
+    c = plan(spec_of(seed(**{"spec.image.base": "lmsysorg/sglang:v0.5.16-cu129"})), TABLE, fix_version="f2",
+             default_registry="registry.local/ml")
+    assert c.build_name != a.build_name, "a new fix version must build again"
+
+
+def test_spec_registry_overrides_the_default() -> None:
+    p = _plan(**{"spec.image.base": "lmsysorg/sglang:v0.5.16-cu129", "spec.image.build.registry": "r.example/x"})
+    assert p.target is not None and p.target.startswith("r.example/x/sglang-pd:pd-")
+
+
+def test_build_without_any_registry_has_no_target() -> None:
+    p = plan(spec_of(seed(**{"spec.image.base": "lmsysorg/sglang:v0.5.16-cu129"})), TABLE, fix_version="f1",
+             default_registry=None)
+    assert p.decision == BUILD and p.target is None
+
+
+def test_build_job_matches_golden() -> None:
+    p = _plan(**{"spec.image.base": "lmsysorg/sglang:v0.5.16-cu129"})
+    objs = build_objects(p, ctx.load(FIXTURE_CONTEXT), namespace="serving", push_secret="registry-push")
+    rendered = yaml.safe_dump_all(objs, sort_keys=True, width=120)
+    if os.environ.get("SPECSERVING_UPDATE_GOLDEN") == "1":
+        GOLDEN.write_text(rendered)
+    assert rendered == GOLDEN.read_text()
+
+
+def test_build_job_is_unprivileged_and_never_retries() -> None:
+    p = _plan(**{"spec.image.base": "lmsysorg/sglang:v0.5.16-cu129"})
+    _, job = build_objects(p, ctx.load(FIXTURE_CONTEXT), namespace="serving", push_secret=None)
+    pod = job["spec"]["template"]["spec"]
+    sc = pod["containers"][0]["securityContext"]
+    assert sc["privileged"] is False and sc["runAsNonRoot"] is True and sc["runAsUser"] == 1000
+    assert job["spec"]["backoffLimit"] == 0
+    assert pod["automountServiceAccountToken"] is False
+    assert all("secret" not in v for v in pod["volumes"])
+
+
+def test_context_paths_survive_the_configmap() -> None:
+    p = _plan(**{"spec.image.base": "lmsysorg/sglang:v0.5.16-cu129"})
+    cm, job = build_objects(p, ctx.load(FIXTURE_CONTEXT), namespace="serving", push_secret=None)
+    items = job["spec"]["template"]["spec"]["volumes"][0]["configMap"]["items"]
+    assert {i["path"]: cm["data"][i["key"]] for i in items} == ctx.load(FIXTURE_CONTEXT).files
+
+
+def test_the_real_context_loads_and_fits() -> None:
+    real = ctx.load(ROOT / "images" / "sglang-pd")
+    assert "Dockerfile" in real.files and len(real.fix_version) == 16
+
+
+def test_context_hash_changes_with_content(tmp_path: Path) -> None:
+    (tmp_path / "Dockerfile").write_text("FROM x\n")
+    first = ctx.load(tmp_path).digest
+    (tmp_path / "Dockerfile").write_text("FROM y\n")
+    assert ctx.load(tmp_path).digest != first
+
+
+def test_missing_context_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ctx.ContextError, match="no Dockerfile"):
+        ctx.load(tmp_path)
+
+
+@pytest.mark.parametrize(("message", "digest"), [
+    ("sha256:" + "a" * 64 + "\n", "sha256:" + "a" * 64),
+    ("error: failed to solve: process did not complete", None),
+    ("", None),
+    (None, None),
+])
+def test_digest_from_termination_message(message: str | None, digest: str | None) -> None:
+    assert digest_from_message(message) == digest
