@@ -8,6 +8,7 @@ Kubernetes puts the log's tail there (FallbackToLogsOnError).
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
 from typing import Any
@@ -116,7 +117,7 @@ def build_objects(plan: ImagePlan, context: BuildContext, *, namespace: str, pus
             },
         },
     }
-    return [config_map, job]
+    return json.loads(json.dumps([config_map, job]))  # unshared dicts: callers mutate and serialise these
 
 
 def digest_from_message(message: str | None) -> str | None:

@@ -6,6 +6,7 @@ webhook and `specserving render` all call `render`.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from specserving import API_VERSION, KIND
@@ -35,11 +36,13 @@ def render(obj: dict[str, Any], image: ResolvedImage | None = None) -> list[dict
     name = obj["metadata"]["name"]
     namespace = obj["metadata"].get("namespace")
     image = image or base_image(spec)
-    children = [
+    # Unshared copies (a JSON round trip; deepcopy would keep the sharing): builders reuse label dicts, and
+    # callers mutate and serialise what they get back.
+    children = json.loads(json.dumps([
         *render_pool(name, spec, L.PREFILL, image),
         *render_pool(name, spec, L.DECODE, image),
         *render_router(name, spec, image),
-    ]
+    ]))
     for child in children:
         meta = child["metadata"]
         if namespace:
