@@ -1,0 +1,85 @@
+"""The operator's Prometheus metrics (prometheus-client), served by `specserving run --metrics-port`.
+
+Names follow Prometheus conventions: the specserving_ prefix, _total for counters, _seconds for durations.
+`Metrics` owns its collectors on a registry of its choice, so tests can make as many as they like.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+
+from specserving.api.status import PHASES
+
+# Results of one reconcile (the `result` label).
+APPLIED = "applied"  # children applied or already matching, status up to date
+REJECTED = "rejected"  # the spec is invalid: no children
+BLOCKED = "blocked"  # a dependency is missing or the image cannot run the spec
+ERROR = "error"  # an API or programming error; retried with backoff
+RESULTS = (APPLIED, REJECTED, BLOCKED, ERROR)
+
+
+class Metrics:
+    """Every collector the operator exports."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else REGISTRY
+        r = self.registry
+        self.reconciles = Counter("specserving_reconcile_total", "Reconciles of a SpecServing, by result.",
+                                  ["result"], registry=r)
+        self.reconcile_seconds = Histogram(
+            "specserving_reconcile_duration_seconds", "Time one reconcile took, by result.", ["result"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=r)
+        self.reconcile_errors = Counter("specserving_reconcile_errors_total",
+                                        "Reconciles that failed, by reason (a condition reason or the error type).",
+                                        ["reason"], registry=r)
+        self.specservings = Gauge("specserving_specservings", "SpecServings this operator watches, by phase.",
+                                  ["phase"], registry=r)
+        self.pool_ready = Gauge("specserving_pool_replicas_ready", "Ready replicas of a pool.",
+                                ["namespace", "specserving", "pool"], registry=r)
+        self.pool_desired = Gauge("specserving_pool_replicas_desired", "Desired replicas of a pool (from spec).",
+                                  ["namespace", "specserving", "pool"], registry=r)
+        self.api_requests = Counter("specserving_api_requests_total",
+                                    "Requests the operator made to the API server (kopf's watches excluded), "
+                                    "by verb, resource and HTTP status.", ["verb", "resource", "code"], registry=r)
+        self.child_applies = Counter("specserving_child_applies_total",
+                                     "Server-side applies of children, by kind and whether they changed the object.",
+                                     ["kind", "result"], registry=r)
+        self.status_writes = Counter("specserving_status_writes_total", "Writes of a SpecServing's status.",
+                                     registry=r)
+        self._phases: dict[tuple[str, str], str] = {}
+        self._pools: dict[tuple[str, str], set[str]] = {}
+        for phase in PHASES:
+            self.specservings.labels(phase).set(0)
+
+    def count_request(self, verb: str, resource: str, status: int) -> None:
+        self.api_requests.labels(verb, resource, str(status)).inc()
+
+    def observe_reconcile(self, result: str, seconds: float, reason: str | None = None) -> None:
+        self.reconciles.labels(result).inc()
+        self.reconcile_seconds.labels(result).observe(seconds)
+        if reason:
+            self.reconcile_errors.labels(reason).inc()
+
+    def set_state(self, namespace: str, name: str, phase: str | None,
+                  pools: dict[str, tuple[int, int | None]] | None = None) -> None:
+        """Record a SpecServing's phase and pools (pool -> (ready, desired)); phase None forgets it."""
+        key = (namespace, name)
+        if phase is None:
+            self._phases.pop(key, None)
+        else:
+            self._phases[key] = phase
+        for phase_name in PHASES:
+            self.specservings.labels(phase_name).set(sum(1 for p in self._phases.values() if p == phase_name))
+        for pool in self._pools.pop(key, set()) - set(pools or {}):
+            for gauge in (self.pool_ready, self.pool_desired):
+                try:
+                    gauge.remove(namespace, name, pool)
+                except KeyError:
+                    pass
+        if phase is None or not pools:
+            return
+        for pool, (ready, desired) in pools.items():
+            self.pool_ready.labels(namespace, name, pool).set(ready)
+            if desired is not None:
+                self.pool_desired.labels(namespace, name, pool).set(desired)
+        self._pools[key] = set(pools)

@@ -1,0 +1,58 @@
+"""Conditions in the Kubernetes API conventions' shape: build them, carry lastTransitionTime, find transitions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specserving.reconcile.reasons import CONDITION_TYPES, WARNING_REASONS
+
+TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
+
+
+def condition(type_: str, status: str, reason: str, message: str, generation: int) -> dict[str, Any]:
+    """One condition without lastTransitionTime (merge() sets it)."""
+    return {"type": type_, "status": status, "reason": reason, "message": message,
+            "observedGeneration": generation}
+
+
+def merge(old: list[dict[str, Any]] | None, new: list[dict[str, Any]], now: str) -> list[dict[str, Any]]:
+    """`new` in the canonical order, each with lastTransitionTime kept from `old` unless its status changed."""
+    previous = {c.get("type"): c for c in old or []}
+    merged = []
+    for c in sorted(new, key=lambda c: CONDITION_TYPES.index(c["type"])):
+        before = previous.get(c["type"])
+        same = before is not None and before.get("status") == c["status"] and before.get("lastTransitionTime")
+        merged.append({**c, "lastTransitionTime": before["lastTransitionTime"] if same else now})
+    return merged
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A condition change worth a Kubernetes event."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+
+    @property
+    def warning(self) -> bool:
+        return self.reason in WARNING_REASONS
+
+
+def transitions(old: list[dict[str, Any]] | None, new: list[dict[str, Any]]) -> list[Transition]:
+    """Conditions whose status changed, or that newly carry bad news (a warning reason)."""
+    previous = {c.get("type"): c for c in old or []}
+    found = []
+    for c in new:
+        before = previous.get(c["type"])
+        changed = before is not None and before.get("status") != c["status"] and c["status"] != UNKNOWN
+        new_bad_news = c["reason"] in WARNING_REASONS and (before is None or before.get("reason") != c["reason"])
+        if changed or new_bad_news:
+            found.append(Transition(c["type"], c["status"], c["reason"], c["message"]))
+    return found
+
+
+def find(conditions: list[dict[str, Any]] | None, type_: str) -> dict[str, Any] | None:
+    return next((c for c in conditions or [] if c.get("type") == type_), None)

@@ -1,0 +1,70 @@
+"""The kinds of children the operator renders, watches and prunes: apiVersion/kind -> API resource.
+
+The table is data: adding a kind to the renderer means adding a row here (a test checks that every kind the
+renderer can emit has one). Kinds served by an optional CRD carry the message a user sees when it is missing;
+the API server's discovery decides at apply time whether a kind is served.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ChildKind:
+    """One kind of child object."""
+
+    api_version: str
+    kind: str
+    plural: str
+    # Set for kinds from CRDs that may not be installed: what needs the kind and how to get it.
+    missing: str | None = None
+    # Workloads carry replicas and pods; their status feeds the pool conditions.
+    workload: bool = False
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+    @property
+    def crd(self) -> str:
+        return f"{self.plural}.{self.group}"
+
+
+CHILD_KINDS: tuple[ChildKind, ...] = (
+    ChildKind("v1", "ServiceAccount", "serviceaccounts"),
+    ChildKind("rbac.authorization.k8s.io/v1", "Role", "roles"),
+    ChildKind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
+    ChildKind("v1", "Service", "services"),
+    ChildKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+    ChildKind("apps/v1", "Deployment", "deployments", workload=True),
+    ChildKind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets", workload=True,
+              missing="a pool with nodesPerReplica > 1 runs as a LeaderWorkerSet; install LeaderWorkerSet "
+                      "(https://lws.sigs.k8s.io) or set nodesPerReplica to 1"),
+    ChildKind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors",
+              missing="spec.engine.metrics.serviceMonitor is true; install the Prometheus Operator CRDs or set "
+                      "serviceMonitor to false"),
+)
+
+_BY_KIND = {(k.api_version, k.kind): k for k in CHILD_KINDS}
+
+
+class UnknownKind(Exception):
+    """The renderer emitted a kind this table lacks: a programming error."""
+
+
+def kind_of(obj: dict) -> ChildKind:
+    """The table row of a rendered or observed object."""
+    try:
+        return _BY_KIND[(obj["apiVersion"], obj["kind"])]
+    except KeyError:
+        raise UnknownKind(f"no child kind for apiVersion {obj.get('apiVersion')!r} kind {obj.get('kind')!r}; "
+                          "add it to specserving.reconcile.kinds.CHILD_KINDS") from None
+
+
+def group_of(api_version: str) -> str:
+    return api_version.rpartition("/")[0]

@@ -1,0 +1,184 @@
+"""What the watches saw, boiled down: pure summaries of children, workloads and pods, built from plain dicts.
+
+The kopf indexes store these summaries, so status and drift checks read memory, never the API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from specserving.rendering import labels as L
+
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+# A load figure for a pool pod, set by anything that knows better than the operator (an autoscaler, a test).
+LOAD_ANNOTATION = "specserving.io/load"
+TEMPLATE_HASH = "pod-template-hash"
+
+
+@dataclass(frozen=True)
+class ChildRef:
+    """Identity of a child: group, kind and name (the version may change without the object changing)."""
+
+    group: str
+    kind: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+
+def ref_of(obj: dict[str, Any]) -> ChildRef:
+    return ChildRef(obj["apiVersion"].rpartition("/")[0], obj["kind"], obj["metadata"]["name"])
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The replica counts of one pool's Deployment or LeaderWorkerSet."""
+
+    kind: str
+    name: str
+    spec_replicas: int
+    generation: int
+    observed_generation: int
+    replicas: int
+    ready: int
+    updated: int
+    # The message of a Progressing=False/ProgressDeadlineExceeded condition, if the workload has one.
+    deadline_exceeded: str | None = None
+
+    @property
+    def current(self) -> bool:
+        """The workload controller has seen the latest spec, so the counts describe it."""
+        return self.observed_generation >= self.generation
+
+
+def workload_of(body: dict[str, Any]) -> Workload:
+    """Summarise a Deployment or LeaderWorkerSet (both report replicas, readyReplicas, updatedReplicas)."""
+    meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status") or {}
+    deadline = None
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Progressing" and cond.get("status") == "False" \
+                and cond.get("reason") == "ProgressDeadlineExceeded":
+            deadline = cond.get("message") or "progress deadline exceeded"
+    return Workload(
+        kind=body.get("kind", ""),
+        name=meta.get("name", ""),
+        spec_replicas=int(spec.get("replicas", 1)),
+        generation=int(meta.get("generation", 0)),
+        observed_generation=int(status.get("observedGeneration", 0)),
+        replicas=int(status.get("replicas", 0)),
+        ready=int(status.get("readyReplicas", 0)),
+        updated=int(status.get("updatedReplicas", 0)),
+        deadline_exceeded=deadline,
+    )
+
+
+@dataclass(frozen=True)
+class Child:
+    """One observed child: identity, owner, and its body without status and managedFields (for drift checks)."""
+
+    ref: ChildRef
+    api_version: str
+    uid: str
+    resource_version: str
+    owner_uids: tuple[str, ...]
+    body: dict[str, Any] = field(compare=False, repr=False)
+    workload: Workload | None = None
+
+
+def child_of(body: dict[str, Any], workload: bool = False) -> Child:
+    meta = body.get("metadata", {})
+    trimmed = {k: v for k, v in body.items() if k != "status"}
+    trimmed["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    return Child(
+        ref=ref_of(body),
+        api_version=body["apiVersion"],
+        uid=meta.get("uid", ""),
+        resource_version=meta.get("resourceVersion", ""),
+        owner_uids=tuple(o.get("uid", "") for o in meta.get("ownerReferences") or []),
+        body=trimmed,
+        workload=workload_of(body) if workload else None,
+    )
+
+
+@dataclass(frozen=True)
+class Termination:
+    reason: str
+    message: str
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    """The parts of a container status that say whether it is failing."""
+
+    name: str
+    ready: bool
+    restarts: int
+    waiting_reason: str | None = None
+    waiting_message: str | None = None
+    terminated: Termination | None = None
+    last_terminated: Termination | None = None
+
+
+def _termination(state: dict[str, Any] | None) -> Termination | None:
+    t = (state or {}).get("terminated")
+    if not t:
+        return None
+    return Termination(reason=t.get("reason") or "", message=(t.get("message") or "").strip(),
+                       exit_code=int(t.get("exitCode", 0)))
+
+
+def container_of(cs: dict[str, Any]) -> ContainerState:
+    waiting = (cs.get("state") or {}).get("waiting") or {}
+    return ContainerState(
+        name=cs.get("name", ""),
+        ready=bool(cs.get("ready")),
+        restarts=int(cs.get("restartCount", 0)),
+        waiting_reason=waiting.get("reason"),
+        waiting_message=waiting.get("message"),
+        terminated=_termination(cs.get("state")),
+        last_terminated=_termination(cs.get("lastState")),
+    )
+
+
+@dataclass(frozen=True)
+class Pod:
+    """One pool pod as the status and the deletion-cost logic need it."""
+
+    name: str
+    uid: str
+    role: str
+    phase: str
+    ready: bool
+    deleting: bool
+    ip: str | None = None
+    template_hash: str | None = None
+    deletion_cost: str | None = None
+    load: str | None = None
+    reason: str | None = None
+    message: str | None = None
+    containers: tuple[ContainerState, ...] = ()
+
+
+def pod_of(body: dict[str, Any]) -> Pod:
+    meta, status = body.get("metadata", {}), body.get("status") or {}
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    return Pod(
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        role=labels.get(L.ROLE, ""),
+        phase=status.get("phase") or "Pending",
+        ready=ready,
+        deleting=bool(meta.get("deletionTimestamp")),
+        ip=status.get("podIP"),
+        template_hash=labels.get(TEMPLATE_HASH),
+        deletion_cost=annotations.get(DELETION_COST),
+        load=annotations.get(LOAD_ANNOTATION),
+        reason=status.get("reason"),
+        message=status.get("message"),
+        containers=tuple(container_of(cs) for cs in statuses),
+    )

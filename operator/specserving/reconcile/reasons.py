@@ -1,0 +1,58 @@
+"""Condition types, condition reasons and event reasons: every CamelCase word the operator reports, in one place."""
+
+from __future__ import annotations
+
+# Condition types.
+ADMITTED = "Admitted"
+PROGRESSING = "Progressing"
+PREFILL_READY = "PrefillReady"
+DECODE_READY = "DecodeReady"
+ROUTER_READY = "RouterReady"
+READY = "Ready"
+DEGRADED = "Degraded"
+CONDITION_TYPES = (ADMITTED, PROGRESSING, PREFILL_READY, DECODE_READY, ROUTER_READY, READY, DEGRADED)
+
+# Admitted.
+ACCEPTED = "Accepted"  # the spec passed validation (warnings, if any, are in the message)
+INVALID_SPEC = "InvalidSpec"  # the spec slipped past admission but validation refuses it: no children
+
+# PrefillReady / DecodeReady / RouterReady.
+REPLICAS_READY = "ReplicasReady"
+REPLICAS_NOT_READY = "ReplicasNotReady"
+SCALED_TO_ZERO = "ScaledToZero"
+WORKLOAD_MISSING = "WorkloadMissing"  # the pool's Deployment/LeaderWorkerSet does not exist (yet)
+NOT_ADMITTED = "NotAdmitted"
+
+# Progressing.
+ROLLING_OUT = "RollingOut"
+ROLLOUT_COMPLETE = "RolloutComplete"
+PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
+
+# Ready (plus INVALID_SPEC, DEPENDENCY_MISSING, APPLY_FAILED).
+ALL_POOLS_READY = "AllPoolsReady"
+POOLS_NOT_READY = "PoolsNotReady"
+
+# Shared by Progressing and Ready.
+DEPENDENCY_MISSING = "DependencyMissing"  # a CRD a child needs (LeaderWorkerSet, ServiceMonitor) is not installed
+APPLY_FAILED = "ApplyFailed"  # the API server refused a child
+IMAGE_LACKS_BUILDER = "ImageLacksBuilder"  # admitted, but the resolved image would crash the first decode
+
+# Degraded.
+CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
+CONTAINER_FAILED = "ContainerFailed"
+IMAGE_PULL_FAILED = "ImagePullFailed"
+POD_FAILED = "PodFailed"
+NO_FAILURES = "NoFailures"
+
+# Events on actions (condition transitions use the condition's own reason).
+CHILDREN_APPLIED = "ChildrenApplied"
+CHILD_APPLY_FAILED = "ChildApplyFailed"
+CHILD_PRUNED = "ChildPruned"
+DRIFT_REPAIRED = "DriftRepaired"
+DELETION_COST_SET = "DeletionCostSet"
+
+# Reasons that are bad news: their events are Warnings.
+WARNING_REASONS = frozenset({
+    INVALID_SPEC, DEPENDENCY_MISSING, APPLY_FAILED, IMAGE_LACKS_BUILDER, PROGRESS_DEADLINE_EXCEEDED,
+    CRASH_LOOP_BACK_OFF, CONTAINER_FAILED, IMAGE_PULL_FAILED, POD_FAILED, CHILD_APPLY_FAILED,
+})

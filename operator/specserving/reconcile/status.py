@@ -1,0 +1,204 @@
+"""The SpecServing status as a pure function of what the operator decided and what the watches saw.
+
+`compute` builds the whole status (pools, conditions, phase, endpoint, image); `patch_for` turns old and new into
+a JSON merge patch, or None when nothing changed, so an idle resync writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from specserving.api.naming import child_name
+from specserving.reconcile import conditions as C
+from specserving.reconcile import reasons as R
+from specserving.reconcile.failures import pod_failures, summary
+from specserving.reconcile.observed import Pod, Workload
+from specserving.rendering import labels as L
+
+POOLS = (L.PREFILL, L.DECODE, L.ROUTER)
+POOL_CONDITION = {L.PREFILL: R.PREFILL_READY, L.DECODE: R.DECODE_READY, L.ROUTER: R.ROUTER_READY}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the reconciler decided about the current generation."""
+
+    admitted: bool
+    errors: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    # DEPENDENCY_MISSING, APPLY_FAILED or IMAGE_LACKS_BUILDER when the children were not all applied.
+    blocked_reason: str | None = None
+    blocked_message: str = ""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything `compute` reads."""
+
+    name: str
+    namespace: str
+    generation: int
+    outcome: Outcome
+    # Desired replicas per pool from the spec; None when the spec could not be read at all.
+    desired: Mapping[str, int] | None
+    workloads: Mapping[str, Workload | None]
+    pods: Iterable[Pod] = ()
+    router_port: int | None = None
+    image: dict[str, Any] | None = None
+    old: Mapping[str, Any] | None = field(default=None)
+
+
+def _pool_status(name: str, role: str, desired: int | None, w: Workload | None) -> dict[str, Any]:
+    ready = w.ready if w else 0
+    status: dict[str, Any] = {
+        "replicas": w.replicas if w else 0,
+        "readyReplicas": ready,
+        "updatedReplicas": w.updated if w else 0,
+        "selector": L.selector_string(name, role),
+    }
+    if desired is not None:
+        status["desiredReplicas"] = desired
+        status["readySummary"] = f"{ready}/{desired}"
+    return status
+
+
+def _settled(w: Workload | None, desired: int) -> bool:
+    return (w is not None and w.current and w.spec_replicas == desired and w.replicas == desired
+            and w.updated >= desired and w.ready >= desired)
+
+
+def _pool_condition(o: Observation, role: str, gen: int) -> dict[str, Any]:
+    ctype = POOL_CONDITION[role]
+    w = o.workloads.get(role)
+    desired = o.desired[role] if o.desired is not None else None
+    wname = child_name(o.name, role)
+    if w is None and not o.outcome.admitted:
+        return C.condition(ctype, C.UNKNOWN, R.NOT_ADMITTED,
+                           f"the {role} pool was not created: the spec was not admitted", gen)
+    if desired is None:
+        return C.condition(ctype, C.UNKNOWN, R.NOT_ADMITTED, f"the {role} pool's replicas are unknown", gen)
+    if w is None:
+        return C.condition(ctype, C.FALSE, R.WORKLOAD_MISSING,
+                           f"0 of {desired} {role} replicas ready: the workload {wname} does not exist yet", gen)
+    if desired == 0 and w.replicas == 0:
+        return C.condition(ctype, C.TRUE, R.SCALED_TO_ZERO, f"the {role} pool is scaled to 0 replicas", gen)
+    counted = f"{w.ready} of {desired} {role} replicas ready"
+    if w.current and w.spec_replicas == desired and w.updated >= desired and w.ready >= desired:
+        return C.condition(ctype, C.TRUE, R.REPLICAS_READY, f"{counted} ({w.kind} {w.name})", gen)
+    details = []
+    if not w.current:
+        details.append(f"{w.kind} {w.name} has not yet observed its latest spec")
+    elif w.spec_replicas != desired:
+        details.append(f"{w.kind} {w.name} is set to {w.spec_replicas} replicas")
+    elif w.updated < desired:
+        details.append(f"{w.updated} of {desired} on the current template")
+    return C.condition(ctype, C.FALSE, R.REPLICAS_NOT_READY,
+                       counted + (f" ({'; '.join(details)})" if details else f" ({w.kind} {w.name})"), gen)
+
+
+def _progress(o: Observation, gen: int) -> dict[str, Any]:
+    if not o.outcome.admitted:
+        return C.condition(R.PROGRESSING, C.FALSE, R.INVALID_SPEC, "nothing is rolled out: the spec was refused",
+                           gen)
+    if o.outcome.blocked_reason:
+        return C.condition(R.PROGRESSING, C.FALSE, o.outcome.blocked_reason, o.outcome.blocked_message, gen)
+    for role in POOLS:
+        w = o.workloads.get(role)
+        if w is not None and w.deadline_exceeded:
+            return C.condition(R.PROGRESSING, C.FALSE, R.PROGRESS_DEADLINE_EXCEEDED,
+                               f"{w.kind} {w.name}: {w.deadline_exceeded}", gen)
+    assert o.desired is not None  # an admitted spec always has replicas
+    moving = []
+    for role in POOLS:
+        w, desired = o.workloads.get(role), o.desired[role]
+        if w is None:
+            moving.append(f"{role}: {child_name(o.name, role)} is being created")
+        elif not _settled(w, desired):
+            moving.append(f"{role}: {w.updated} of {desired} replicas updated, {w.ready} ready"
+                          + (f", {w.replicas} exist" if w.replicas != desired else ""))
+    if moving:
+        return C.condition(R.PROGRESSING, C.TRUE, R.ROLLING_OUT, "; ".join(moving), gen)
+    counts = ", ".join(f"{role} {o.desired[role]}/{o.desired[role]}" for role in POOLS)
+    return C.condition(R.PROGRESSING, C.FALSE, R.ROLLOUT_COMPLETE,
+                       f"generation {gen} is rolled out: {counts} replicas ready", gen)
+
+
+def _ready(o: Observation, pools: list[dict[str, Any]], gen: int, endpoint: str | None) -> dict[str, Any]:
+    if not o.outcome.admitted:
+        return C.condition(R.READY, C.FALSE, R.INVALID_SPEC, "not serving: the spec was refused (see Admitted)", gen)
+    if o.outcome.blocked_reason:
+        return C.condition(R.READY, C.FALSE, o.outcome.blocked_reason, o.outcome.blocked_message, gen)
+    waiting = [c["message"] for c in pools if c["status"] != C.TRUE]
+    if waiting:
+        return C.condition(R.READY, C.FALSE, R.POOLS_NOT_READY, "not ready: " + "; ".join(waiting), gen)
+    return C.condition(R.READY, C.TRUE, R.ALL_POOLS_READY,
+                       "every pool is ready" + (f"; serving at {endpoint}" if endpoint else ""), gen)
+
+
+def _degraded(o: Observation, gen: int) -> dict[str, Any]:
+    failures = pod_failures(o.pods)
+    if failures:
+        return C.condition(R.DEGRADED, C.TRUE, failures[0].reason, summary(failures), gen)
+    return C.condition(R.DEGRADED, C.FALSE, R.NO_FAILURES, "no prefill, decode or router pod is failing", gen)
+
+
+def _admitted(o: Observation, gen: int) -> dict[str, Any]:
+    if not o.outcome.admitted:
+        return C.condition(R.ADMITTED, C.FALSE, R.INVALID_SPEC, "; ".join(o.outcome.errors) or "invalid spec", gen)
+    message = "the spec passed validation"
+    if o.outcome.warnings:
+        message += "; warnings: " + "; ".join(o.outcome.warnings)
+    return C.condition(R.ADMITTED, C.TRUE, R.ACCEPTED, message, gen)
+
+
+def _phase(o: Observation, by_type: dict[str, dict[str, Any]]) -> str:
+    if not o.outcome.admitted:
+        return "Rejected"
+    if by_type[R.DEGRADED]["status"] == C.TRUE:
+        return "Degraded"
+    if by_type[R.READY]["status"] == C.TRUE:
+        return "Ready"
+    if o.outcome.blocked_reason and o.outcome.blocked_reason != R.DEPENDENCY_MISSING:
+        return "Failed"
+    if o.outcome.blocked_reason or not any(o.workloads.get(r) for r in POOLS):
+        return "Pending"
+    return "Progressing"
+
+
+def compute(o: Observation, now: str) -> dict[str, Any]:
+    """The complete status for observation `o`; lastTransitionTime comes from o.old where status is unchanged."""
+    gen = o.generation
+    endpoint = None
+    if o.outcome.admitted and o.router_port:
+        endpoint = f"http://{child_name(o.name, L.ROUTER)}.{o.namespace}.svc:{o.router_port}"
+    pools = [_pool_condition(o, role, gen) for role in POOLS]
+    conds = [_admitted(o, gen), _progress(o, gen), *pools, _ready(o, pools, gen, endpoint), _degraded(o, gen)]
+    merged = C.merge((o.old or {}).get("conditions"), conds, now)
+    status: dict[str, Any] = {"observedGeneration": gen, "phase": _phase(o, {c["type"]: c for c in merged})}
+    if endpoint:
+        status["endpoint"] = endpoint
+    status["conditions"] = merged
+    for role in POOLS:
+        status[role] = _pool_status(o.name, role, o.desired[role] if o.desired is not None else None,
+                                    o.workloads.get(role))
+    if o.image:
+        status["image"] = o.image
+    return status
+
+
+def _diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    patch: dict[str, Any] = {k: None for k in old if k not in new}
+    for k, v in new.items():
+        before = old.get(k)
+        if before == v:
+            continue
+        patch[k] = _diff(before, v) if isinstance(before, Mapping) and isinstance(v, Mapping) else v
+    return patch
+
+
+def patch_for(old: Mapping[str, Any] | None, new: dict[str, Any]) -> dict[str, Any] | None:
+    """A JSON merge patch of .status that turns `old` into `new` (removing keys we do not write), or None."""
+    patch = _diff(old or {}, new)
+    return patch or None

@@ -1,0 +1,234 @@
+"""Status from observations: pool counts, conditions with reasons and counted messages, phase, transitions, and the
+merge patch (None when nothing changed, so an idle resync writes nothing)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from specserving.reconcile import reasons as R
+from specserving.reconcile.conditions import merge, transitions
+from specserving.reconcile.observed import pod_of, workload_of
+from specserving.reconcile.status import Observation, Outcome, compute, patch_for
+
+T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
+CRASH = "AttributeError: 'NoneType' object has no attribute 'prepare_for_decode'"
+DESIRED = {"prefill": 1, "decode": 2, "router": 1}
+
+
+def deployment(name: str, replicas: int, ready: int, updated: int | None = None, *, generation: int = 1,
+               observed: int = 1, existing: int | None = None, deadline: bool = False) -> dict[str, Any]:
+    status: dict[str, Any] = {"observedGeneration": observed, "replicas": replicas if existing is None else existing,
+                              "readyReplicas": ready, "updatedReplicas": replicas if updated is None else updated}
+    if deadline:
+        status["conditions"] = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+                                 "message": f'ReplicaSet "{name}-5f" has timed out progressing.'}]
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "generation": generation}, "spec": {"replicas": replicas}, "status": status}
+
+
+def pod(name: str, role: str, *, ready: bool = True, waiting: str | None = None, last: dict | None = None,
+        terminated: dict | None = None, phase: str = "Running", restarts: int = 0) -> dict[str, Any]:
+    state: dict[str, Any] = {"running": {}}
+    if waiting:
+        state = {"waiting": {"reason": waiting, "message": f"{waiting} message"}}
+    if terminated:
+        state = {"terminated": terminated}
+    cs = {"name": "sglang", "ready": ready, "restartCount": restarts, "state": state,
+          "lastState": {"terminated": last} if last else {}}
+    return {"metadata": {"name": name, "labels": {"specserving.io/role": role}},
+            "status": {"phase": phase, "podIP": "10.0.0.1", "containerStatuses": [cs],
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def observe(workloads: dict[str, dict | None] | None = None, pods: list[dict] | None = None,
+            outcome: Outcome | None = None, old: dict | None = None, generation: int = 3,
+            desired: dict | None = DESIRED) -> Observation:
+    ready = {"prefill": deployment("sv-prefill", 1, 1), "decode": deployment("sv-decode", 2, 2),
+             "router": deployment("sv-router", 1, 1)}
+    ready.update(workloads or {})
+    return Observation(
+        name="sv", namespace="ns", generation=generation, outcome=outcome or Outcome(admitted=True),
+        desired=desired, workloads={k: workload_of(v) if v else None for k, v in ready.items()},
+        pods=[pod_of(p) for p in pods or []], router_port=8000,
+        image={"base": "img:v0.5.17", "resolved": "img:v0.5.17", "sglangVersion": "0.5.17"}, old=old)
+
+
+def cond(status: dict, type_: str) -> dict:
+    return next(c for c in status["conditions"] if c["type"] == type_)
+
+
+def test_all_ready() -> None:
+    s = compute(observe(), T0)
+    assert s["phase"] == "Ready"
+    assert s["observedGeneration"] == 3
+    assert s["endpoint"] == "http://sv-router.ns.svc:8000"
+    assert s["decode"] == {"replicas": 2, "readyReplicas": 2, "updatedReplicas": 2, "desiredReplicas": 2,
+                           "readySummary": "2/2", "selector": "specserving.io/instance=sv,specserving.io/role=decode"}
+    assert [c["type"] for c in s["conditions"]] == list(R.CONDITION_TYPES)
+    assert {c["type"]: c["status"] for c in s["conditions"]} == {
+        "Admitted": "True", "Progressing": "False", "PrefillReady": "True", "DecodeReady": "True",
+        "RouterReady": "True", "Ready": "True", "Degraded": "False"}
+    assert cond(s, "DecodeReady")["message"] == "2 of 2 decode replicas ready (Deployment sv-decode)"
+    assert cond(s, "Progressing")["reason"] == R.ROLLOUT_COMPLETE
+    assert all(c["observedGeneration"] == 3 and c["lastTransitionTime"] == T0 for c in s["conditions"])
+
+
+def test_partly_ready_is_progressing_with_counts() -> None:
+    s = compute(observe({"decode": deployment("sv-decode", 2, 1)}), T0)
+    assert s["phase"] == "Progressing"
+    assert s["decode"]["readySummary"] == "1/2"
+    dr = cond(s, "DecodeReady")
+    assert (dr["status"], dr["reason"]) == ("False", R.REPLICAS_NOT_READY)
+    assert dr["message"] == "1 of 2 decode replicas ready (Deployment sv-decode)"
+    ready = cond(s, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", R.POOLS_NOT_READY)
+    assert "1 of 2 decode replicas ready" in ready["message"]
+    assert cond(s, "Progressing")["message"] == "decode: 2 of 2 replicas updated, 1 ready"
+
+
+def test_nothing_created_yet_is_pending() -> None:
+    s = compute(observe({"prefill": None, "decode": None, "router": None}), T0)
+    assert s["phase"] == "Pending"
+    assert cond(s, "PrefillReady")["reason"] == R.WORKLOAD_MISSING
+    assert cond(s, "Progressing")["status"] == "True"
+    assert s["prefill"]["readySummary"] == "0/1"
+
+
+def test_a_rollout_in_progress() -> None:
+    s = compute(observe({"decode": deployment("sv-decode", 2, 2, updated=1)}), T0)
+    dr = cond(s, "DecodeReady")
+    assert dr["status"] == "False"
+    assert "1 of 2 on the current template" in dr["message"]
+    assert cond(s, "Progressing")["reason"] == R.ROLLING_OUT
+
+
+def test_a_workload_that_has_not_seen_its_spec_is_not_ready() -> None:
+    s = compute(observe({"decode": deployment("sv-decode", 2, 2, generation=2, observed=1)}), T0)
+    assert "has not yet observed its latest spec" in cond(s, "DecodeReady")["message"]
+
+
+def test_scaling_down_waits_for_the_workload() -> None:
+    s = compute(observe({"decode": deployment("sv-decode", 3, 3)}), T0)  # spec says 2
+    assert cond(s, "DecodeReady")["status"] == "False"
+    assert "is set to 3 replicas" in cond(s, "DecodeReady")["message"]
+
+
+def test_scaled_to_zero() -> None:
+    s = compute(observe({"decode": deployment("sv-decode", 0, 0)}, desired={**DESIRED, "decode": 0}), T0)
+    assert cond(s, "DecodeReady")["reason"] == R.SCALED_TO_ZERO
+    assert s["phase"] == "Ready"
+
+
+def test_progress_deadline() -> None:
+    s = compute(observe({"decode": deployment("sv-decode", 2, 1, deadline=True)}), T0)
+    p = cond(s, "Progressing")
+    assert (p["status"], p["reason"]) == ("False", R.PROGRESS_DEADLINE_EXCEEDED)
+    assert "timed out progressing" in p["message"]
+
+
+def test_rejected() -> None:
+    errors = ('spec.speculative.algorithm: Unsupported value: "NGRAM": no builder',)
+    s = compute(observe({"prefill": None, "decode": None, "router": None},
+                        outcome=Outcome(admitted=False, errors=errors)), T0)
+    assert s["phase"] == "Rejected"
+    a = cond(s, "Admitted")
+    assert (a["status"], a["reason"], a["message"]) == ("False", R.INVALID_SPEC, errors[0])
+    assert cond(s, "Ready")["reason"] == R.INVALID_SPEC
+    assert cond(s, "DecodeReady")["status"] == "Unknown"
+    assert "endpoint" not in s
+
+
+def test_dependency_missing() -> None:
+    out = Outcome(admitted=True, blocked_reason=R.DEPENDENCY_MISSING, blocked_message="LeaderWorkerSet is missing")
+    s = compute(observe({"prefill": None, "decode": None, "router": None}, outcome=out), T0)
+    assert s["phase"] == "Pending"
+    for t in ("Progressing", "Ready"):
+        assert (cond(s, t)["status"], cond(s, t)["reason"]) == ("False", R.DEPENDENCY_MISSING)
+    assert cond(s, "Ready")["message"] == "LeaderWorkerSet is missing"
+
+
+def test_crash_loop_is_degraded_with_the_termination_message() -> None:
+    crashing = pod("sv-decode-abc", "decode", ready=False, waiting="CrashLoopBackOff", restarts=3,
+                   last={"reason": "Error", "exitCode": 1, "message": f"Traceback...\n{CRASH}\n"})
+    s = compute(observe({"decode": deployment("sv-decode", 2, 1)},
+                        pods=[pod("sv-decode-xyz", "decode"), crashing]), T0)
+    d = cond(s, "Degraded")
+    assert (d["status"], d["reason"]) == ("True", R.CRASH_LOOP_BACK_OFF)
+    assert d["message"] == ("decode pod sv-decode-abc: container sglang is in CrashLoopBackOff after 3 restarts; "
+                            f"last terminated: Error (exit code 1): Traceback...\n{CRASH}")
+    assert s["phase"] == "Degraded"
+
+
+@pytest.mark.parametrize(("kwargs", "reason", "text"), [
+    ({"terminated": {"reason": "Error", "exitCode": 2, "message": "boom"}}, R.CONTAINER_FAILED,
+     "terminated with Error (exit code 2): boom"),
+    ({"waiting": "ImagePullBackOff"}, R.IMAGE_PULL_FAILED, "cannot pull its image: ImagePullBackOff"),
+    ({"waiting": "CreateContainerConfigError"}, R.CONTAINER_FAILED, "cannot start: CreateContainerConfigError"),
+    ({"phase": "Failed"}, R.POD_FAILED, "failed"),
+])
+def test_other_failures(kwargs: dict, reason: str, text: str) -> None:
+    s = compute(observe(pods=[pod("sv-prefill-1", "prefill", **kwargs)]), T0)
+    d = cond(s, "Degraded")
+    assert (d["status"], d["reason"]) == ("True", reason)
+    assert text in d["message"]
+
+
+def test_several_failures_are_counted() -> None:
+    bad = {"waiting": "CrashLoopBackOff", "restarts": 1, "ready": False}
+    s = compute(observe(pods=[pod("b", "decode", **bad), pod("a", "prefill", **bad), pod("c", "decode", **bad)]), T0)
+    msg = cond(s, "Degraded")["message"]
+    assert msg.startswith("prefill pod a:")
+    assert msg.endswith("and 2 more failing pods (2 decode)")
+
+
+def test_a_long_termination_message_keeps_its_end() -> None:
+    long = "x" * 5000 + CRASH
+    s = compute(observe(pods=[pod("a", "decode", waiting="CrashLoopBackOff", ready=False,
+                                  last={"reason": "Error", "exitCode": 1, "message": long})]), T0)
+    msg = cond(s, "Degraded")["message"]
+    assert msg.endswith(CRASH) and len(msg) < 2200
+
+
+def test_last_transition_time_changes_only_with_status() -> None:
+    first = compute(observe({"decode": deployment("sv-decode", 2, 1)}), T0)
+    # same status, different message: the time stays
+    second = compute(observe({"decode": deployment("sv-decode", 2, 0)}, old=first), T1)
+    assert cond(second, "DecodeReady")["lastTransitionTime"] == T0
+    assert cond(second, "DecodeReady")["message"] != cond(first, "DecodeReady")["message"]
+    # status changes: the time moves
+    third = compute(observe(old=second), T1)
+    assert cond(third, "DecodeReady")["lastTransitionTime"] == T1
+    assert cond(third, "Admitted")["lastTransitionTime"] == T0
+
+
+def test_unchanged_status_needs_no_patch() -> None:
+    first = compute(observe(), T0)
+    again = compute(observe(old=first), T1)
+    assert patch_for(first, again) is None
+
+
+def test_patch_removes_keys_we_do_not_write() -> None:
+    new = compute(observe(), T0)
+    old = {**new, "kopf": {"progress": {}}, "decode": {**new["decode"], "stale": 1}}
+    patch = patch_for(old, new)
+    assert patch == {"kopf": None, "decode": {"stale": None}}
+
+
+def test_transitions_are_status_changes_and_new_bad_news() -> None:
+    pending = compute(observe({"decode": deployment("sv-decode", 2, 1)}), T0)
+    ready = compute(observe(old=pending), T1)
+    found = {(t.type, t.status, t.reason) for t in transitions(pending["conditions"], ready["conditions"])}
+    assert found == {("DecodeReady", "True", R.REPLICAS_READY), ("Ready", "True", R.ALL_POOLS_READY),
+                     ("Progressing", "False", R.ROLLOUT_COMPLETE)}
+    first_visit = {t.reason for t in transitions(None, pending["conditions"])}
+    assert first_visit == set()  # nothing alarming on a first visit
+    crashing = compute(observe(pods=[pod("a", "decode", waiting="CrashLoopBackOff", ready=False)], old=ready), T1)
+    (t,) = transitions(ready["conditions"], crashing["conditions"])
+    assert (t.type, t.reason, t.warning) == ("Degraded", R.CRASH_LOOP_BACK_OFF, True)
+
+
+def test_merge_orders_conditions() -> None:
+    out = merge(None, [{"type": "Ready", "status": "True"}, {"type": "Admitted", "status": "True"}], T0)
+    assert [c["type"] for c in out] == ["Admitted", "Ready"]
