@@ -1,0 +1,408 @@
+"""The converge loop of one SpecServing: plan, apply what drifted, prune what is no longer rendered, write status.
+
+Level-based: `converge` reads the latest SpecServing and what the watches saw (kopf indexes, in memory), so the
+same function serves the create/update/resume handler, child and pod events, and the periodic resync. Work for one
+SpecServing runs under its own lock; events that arrive meanwhile coalesce into one more pass. A pass that finds
+nothing to change makes no API request at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from specserving import API_VERSION, KIND, PLURAL
+from specserving.api.naming import child_name
+from specserving.kube import ApiError, Kube, Resource
+from specserving.metrics import APPLIED, BLOCKED, ERROR, REJECTED, Metrics
+from specserving.reconcile import conditions as C
+from specserving.reconcile import costs
+from specserving.reconcile import reasons as R
+from specserving.reconcile import status as S
+from specserving.reconcile.drift import needs_apply, prunable
+from specserving.reconcile.kinds import CHILD_KINDS, ChildKind, kind_of
+from specserving.reconcile.observed import DELETION_COST, Child, ChildRef, Pod, Workload, ref_of
+from specserving.reconcile.plan import Plan, make_plan
+from specserving.rendering import labels as L
+
+log = logging.getLogger("specserving.reconcile")
+
+Key = tuple[str, str]  # (namespace, name)
+SPECSERVINGS = Resource(API_VERSION, KIND, PLURAL, True)
+PODS = Resource("v1", "Pod", "pods", True)
+
+# kopf index ids: handlers register them, the controller reads them.
+OWNER_INDEX = "specservings_by_name"
+POD_INDEX = "pods_by_instance"
+
+
+def child_index(kind: ChildKind) -> str:
+    return f"{kind.plural}_by_instance"
+
+
+DEPENDENCY_RETRY_SECONDS = 30.0
+APPLY_RETRY_SECONDS = 60.0
+MAX_BACKOFF_SECONDS = 60.0
+LOAD_PROBE_TIMEOUT = 1.0
+LOAD_PROBE_PODS = 32
+COST_SETTLE_SECONDS = 2.0
+
+
+class Rejected(Exception):
+    """The spec is invalid: no children. Retrying cannot help until the spec changes."""
+
+
+class Blocked(Exception):
+    """The children cannot be applied now (a missing CRD, an image that cannot run the spec, a refused child)."""
+
+    def __init__(self, reason: str, message: str, retry: float | None) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason, self.message, self.retry = reason, message, retry
+
+
+@dataclass
+class _Applied:
+    digest: str
+    resource_version: str
+
+
+@dataclass
+class OwnerState:
+    """What the operator remembers about one SpecServing between passes (per process; rebuilt on restart)."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    dirty: bool = False
+    draining: bool = False
+    plan: Plan | None = None
+    applied: dict[ChildRef, _Applied] = field(default_factory=dict)
+    applied_generation: int | None = None
+    # The status before and after our last write, to tell a stale watch view from a fresh one.
+    written: tuple[Any, dict[str, Any]] | None = None
+    # The last (status, reason) posted as an event per condition type, so no transition is posted twice.
+    posted: dict[str, tuple[str, str]] = field(default_factory=dict)
+    retry: asyncio.TimerHandle | None = None
+    failures: int = 0
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def digest(obj: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class Controller:
+    """Converges SpecServings. One per operator process; kopf handlers call into it."""
+
+    def __init__(self, kube: Kube, metrics: Metrics, *, probe_load: bool = True,
+                 clock: Callable[[], str] = _now) -> None:
+        self.kube, self.metrics, self.probe_load, self.clock = kube, metrics, probe_load, clock
+        self.indices: Mapping[str, Any] = {}
+        self.owners: dict[Key, OwnerState] = {}
+
+    # -- what the watches saw -------------------------------------------------------------------------------
+
+    def _store(self, index_id: str, key: Key) -> list[Any]:
+        index = self.indices.get(index_id)
+        return list(index[key]) if index is not None and key in index else []
+
+    def owner(self, key: Key) -> dict[str, Any] | None:
+        found = self._store(OWNER_INDEX, key)
+        return found[0] if found else None
+
+    def children(self, key: Key) -> dict[ChildRef, Child]:
+        found: dict[ChildRef, Child] = {}
+        for kind in CHILD_KINDS:
+            for child in self._store(child_index(kind), key):
+                found[child.ref] = child
+        return found
+
+    def pods(self, key: Key) -> list[Pod]:
+        return self._store(POD_INDEX, key)
+
+    def known(self) -> list[Key]:
+        index = self.indices.get(OWNER_INDEX)
+        return list(index) if index is not None else []
+
+    # -- entry points -----------------------------------------------------------------------------------------
+
+    def state(self, key: Key) -> OwnerState:
+        return self.owners.setdefault(key, OwnerState())
+
+    async def reconcile(self, key: Key, body: Mapping[str, Any]) -> str:
+        """The create/update/resume path: converge now; Rejected and Blocked propagate to the handler."""
+        st = self.state(key)
+        async with st.lock:
+            return await self.converge(key, dict(body))
+
+    def poke(self, key: Key) -> None:
+        """Something about this SpecServing changed (a child, a pod, a resync): converge soon, once."""
+        if self.owner(key) is None:
+            return
+        st = self.state(key)
+        st.dirty = True
+        if not st.draining:
+            st.draining = True
+            asyncio.get_running_loop().create_task(self._drain(key, st))
+
+    async def _drain(self, key: Key, st: OwnerState) -> None:
+        try:
+            async with st.lock:
+                while st.dirty:
+                    st.dirty = False
+                    body = self.owner(key)
+                    if body is None:
+                        return
+                    try:
+                        await self.converge(key, body)
+                        st.failures = 0
+                    except Rejected:
+                        pass
+                    except Blocked as exc:
+                        if exc.retry:
+                            self._retry_later(key, st, exc.retry)
+                    except Exception as exc:  # noqa: BLE001 - retried with backoff, never lost
+                        st.failures += 1
+                        delay = min(MAX_BACKOFF_SECONDS, 2.0 ** st.failures)
+                        log.warning("%s/%s: converge failed (retry in %.0fs): %s", *key, delay, exc)
+                        self._retry_later(key, st, delay)
+        finally:
+            st.draining = False
+
+    def _retry_later(self, key: Key, st: OwnerState, delay: float) -> None:
+        if st.retry is not None:
+            st.retry.cancel()
+        st.retry = asyncio.get_running_loop().call_later(delay, self.poke, key)
+
+    def child_event(self, key: Key, ref: ChildRef, deleted: bool) -> None:
+        if deleted:
+            self.state(key).applied.pop(ref, None)
+        self.poke(key)
+
+    def forget(self, key: Key) -> None:
+        """The SpecServing is gone (its children go with it through owner references)."""
+        st = self.owners.pop(key, None)
+        if st and st.retry:
+            st.retry.cancel()
+        self.metrics.set_state(key[0], key[1], None)
+
+    async def resync(self) -> None:
+        for key in self.known():
+            self.poke(key)
+
+    # -- converge -----------------------------------------------------------------------------------------------
+
+    async def converge(self, key: Key, body: dict[str, Any]) -> str:
+        """One pass for the SpecServing `body`; returns the result label (see specserving.metrics)."""
+        started = time.monotonic()
+        result, reason = ERROR, None
+        try:
+            result = await self._converge(key, body)
+            return result
+        except Rejected:
+            result, reason = REJECTED, R.INVALID_SPEC
+            raise
+        except Blocked as exc:
+            result, reason = BLOCKED, exc.reason
+            raise
+        except Exception as exc:
+            reason = type(exc).__name__
+            raise
+        finally:
+            self.metrics.observe_reconcile(result, time.monotonic() - started, reason)
+
+    async def _converge(self, key: Key, body: dict[str, Any]) -> str:
+        meta = body["metadata"]
+        if meta.get("deletionTimestamp"):
+            return APPLIED  # the garbage collector is removing the children; restoring them would fight it
+        st = self.state(key)
+        uid, generation = meta.get("uid", ""), int(meta.get("generation") or 0)
+        if st.plan is None or (st.plan.uid, st.plan.generation) != (uid, generation):
+            if st.plan is not None and st.plan.uid != uid:
+                st.applied.clear()
+                st.posted.clear()
+            st.plan = await asyncio.to_thread(make_plan, body)
+        plan = st.plan
+        outcome = S.Outcome(admitted=plan.admitted, errors=plan.errors, warnings=plan.warnings)
+        problem: Exception | None = None
+        if not plan.admitted:
+            problem = Rejected("; ".join(plan.errors))
+        elif plan.unrunnable:
+            problem = Blocked(R.IMAGE_LACKS_BUILDER, plan.unrunnable, retry=None)
+        else:
+            try:
+                await self._check_kinds(plan.children)
+                await self._apply(key, st, body, plan)
+            except Blocked as exc:
+                problem = exc
+            except ApiError as exc:
+                if exc.status in (0, 409, 429) or exc.status >= 500:
+                    raise  # transient: retried with backoff, status untouched
+                problem = Blocked(R.APPLY_FAILED, str(exc), retry=APPLY_RETRY_SECONDS)
+                await self._event(body, R.CHILD_APPLY_FAILED, str(exc))
+        if isinstance(problem, Blocked):
+            outcome = S.Outcome(admitted=True, warnings=plan.warnings, blocked_reason=problem.reason,
+                                blocked_message=problem.message)
+        await self._report(key, st, body, plan, outcome)
+        if problem is not None:
+            raise problem
+        return APPLIED
+
+    async def _check_kinds(self, children: Iterable[dict[str, Any]]) -> None:
+        missing = []
+        for api_version, kind in sorted({(c["apiVersion"], c["kind"]) for c in children}):
+            if await asyncio.to_thread(self.kube.resource, api_version, kind) is None:
+                row = kind_of({"apiVersion": api_version, "kind": kind})
+                missing.append(f"{kind} ({api_version}) is not served by this cluster (CRD {row.crd}): "
+                               f"{row.missing or 'install its CRD'}")
+        if missing:
+            raise Blocked(R.DEPENDENCY_MISSING, "; ".join(missing), retry=DEPENDENCY_RETRY_SECONDS)
+
+    async def _apply(self, key: Key, st: OwnerState, body: dict[str, Any], plan: Plan) -> None:
+        observed = self.children(key)
+        await self._prepare_scale_down(key, body, plan, observed)
+        created, repaired = [], []
+        for desired in plan.children:
+            ref, dig = ref_of(desired), digest(desired)
+            seen, mine = observed.get(ref), st.applied.get(ref)
+            if mine is not None and mine.digest == dig and (seen is None or seen.resource_version ==
+                                                             mine.resource_version):
+                continue  # applied by us and unchanged since (or the watch has not caught up yet)
+            if not needs_apply(desired, seen):
+                st.applied[ref] = _Applied(dig, seen.resource_version if seen else "")
+                continue
+            res = await asyncio.to_thread(self.kube.resource, desired["apiVersion"], desired["kind"])
+            assert res is not None  # _check_kinds ran
+            out = await asyncio.to_thread(self.kube.apply, res, desired)
+            rv = out.get("metadata", {}).get("resourceVersion", "")
+            changed = seen is None or rv != seen.resource_version
+            self.metrics.child_applies.labels(desired["kind"], "changed" if changed else "unchanged").inc()
+            st.applied[ref] = _Applied(dig, rv)
+            if seen is None:
+                created.append(str(ref))
+            elif changed:
+                repaired.append(str(ref))
+        new_generation = st.applied_generation != plan.generation
+        st.applied_generation = plan.generation
+        if created or repaired:
+            names = ", ".join(created + repaired)
+            if new_generation:
+                await self._event(body, R.CHILDREN_APPLIED, f"applied generation {plan.generation}: {names}")
+            else:
+                await self._event(body, R.DRIFT_REPAIRED, "restored children changed or deleted outside the "
+                                  f"operator: {names}")
+        for child in prunable(plan.children, observed.values(), plan.uid):
+            row = kind_of({"apiVersion": child.api_version, "kind": child.ref.kind})
+            res = await asyncio.to_thread(self.kube.resource, child.api_version, child.ref.kind)
+            if res is None:
+                continue
+            await asyncio.to_thread(self.kube.delete, res, key[0], child.ref.name, child.uid)
+            st.applied.pop(child.ref, None)
+            await self._event(body, R.CHILD_PRUNED, f"deleted {child.ref} ({row.kind} no longer rendered by "
+                              f"generation {plan.generation})")
+
+    # -- scale-down: which decode pod goes first ------------------------------------------------------------------
+
+    async def _prepare_scale_down(self, key: Key, body: dict[str, Any], plan: Plan,
+                                  observed: Mapping[ChildRef, Child]) -> None:
+        assert plan.spec is not None
+        wanted = plan.spec.decode.replicas
+        current = next((c.workload for c in observed.values() if c.workload and c.ref.kind == "Deployment"
+                        and c.ref.name == child_name(key[1], L.DECODE)), None)
+        if current is None or wanted >= current.spec_replicas:
+            return
+        pods = costs.candidates(p for p in self.pods(key) if p.role == L.DECODE)
+        loads = {p.name: load for p in pods if (load := costs.annotated_load(p)) is not None}
+        if self.probe_load:
+            loads.update(await self._probe_loads([p for p in pods if p.name not in loads], plan.spec.engine.port))
+        changes = costs.costs(pods, loads)
+        for name, cost in changes.items():
+            await asyncio.to_thread(self.kube.merge_patch, PODS, key[0], name,
+                                    {"metadata": {"annotations": {DELETION_COST: cost}}})
+        if changes:
+            await self._await_costs(key, changes)
+            detail = ", ".join(f"{n}={c}" for n, c in sorted(changes.items(), key=lambda x: int(x[1])))
+            await self._event(body, R.DELETION_COST_SET, f"decode scales from {current.spec_replicas} to {wanted} "
+                              f"replicas; pod-deletion-cost from running requests (lowest goes first): {detail}")
+
+    async def _await_costs(self, key: Key, changes: Mapping[str, str]) -> None:
+        """Give the watches (ours, and so the ReplicaSet controller's) a moment to see the new costs."""
+        deadline = time.monotonic() + COST_SETTLE_SECONDS
+        while time.monotonic() < deadline:
+            seen = {p.name: p.deletion_cost for p in self.pods(key)}
+            if all(seen.get(n) == c for n, c in changes.items()):
+                return
+            await asyncio.sleep(0.05)
+
+    async def _probe_loads(self, pods: list[Pod], port: int) -> dict[str, float]:
+        """Running requests from SGLang's /metrics, a bounded number of pods, one short timeout each."""
+        targets = [p for p in pods if p.ip][:LOAD_PROBE_PODS]
+
+        def fetch(pod: Pod) -> tuple[str, float | None]:
+            try:
+                with urllib.request.urlopen(f"http://{pod.ip}:{port}/metrics",  # noqa: S310 - pod IPs only
+                                            timeout=LOAD_PROBE_TIMEOUT) as resp:
+                    return pod.name, costs.running_requests(resp.read(1 << 20).decode(errors="replace"))
+            except (OSError, ValueError):
+                return pod.name, None
+
+        try:
+            found = await asyncio.wait_for(asyncio.gather(*(asyncio.to_thread(fetch, p) for p in targets)),
+                                           timeout=LOAD_PROBE_TIMEOUT * 2)
+        except asyncio.TimeoutError:
+            return {}
+        return {name: load for name, load in found if load is not None}
+
+    # -- status ---------------------------------------------------------------------------------------------------
+
+    def _workloads(self, key: Key) -> dict[str, Workload | None]:
+        observed = self.children(key)
+        out: dict[str, Workload | None] = {}
+        for role in S.POOLS:
+            name = child_name(key[1], role)
+            out[role] = next((c.workload for c in observed.values() if c.workload and c.ref.name == name), None)
+        return out
+
+    def _old_status(self, st: OwnerState, body: dict[str, Any]) -> dict[str, Any] | None:
+        seen = body.get("status")
+        if st.written is not None and seen == st.written[0]:
+            return st.written[1]  # the watch still shows the status from before our last write
+        return seen
+
+    async def _report(self, key: Key, st: OwnerState, body: dict[str, Any], plan: Plan, outcome: S.Outcome) -> None:
+        old = self._old_status(st, body)
+        workloads = self._workloads(key)
+        obs = S.Observation(
+            name=key[1], namespace=key[0], generation=plan.generation, outcome=outcome, desired=plan.desired(),
+            workloads=workloads, pods=self.pods(key), image=plan.image_status(), old=old,
+            router_port=plan.spec.router.port if plan.spec else None)
+        new = S.compute(obs, self.clock())
+        patch = S.patch_for(old, new)
+        if patch is not None:
+            await asyncio.to_thread(self.kube.merge_patch, SPECSERVINGS, key[0], key[1], {"status": patch},
+                                    "status")
+            self.metrics.status_writes.inc()
+            st.written = (body.get("status"), new)
+        for t in C.transitions((old or {}).get("conditions"), new["conditions"]):
+            if st.posted.get(t.type) != (t.status, t.reason):
+                st.posted[t.type] = (t.status, t.reason)
+                await self._event(body, t.reason, f"{t.type} is {t.status}: {t.message}", warning=t.warning)
+        desired = plan.desired() or {}
+        self.metrics.set_state(key[0], key[1], new["phase"], {
+            role: (w.ready if w else 0, desired.get(role)) for role, w in workloads.items()})
+
+    async def _event(self, body: dict[str, Any], reason: str, message: str, warning: bool | None = None) -> None:
+        warn = reason in R.WARNING_REASONS if warning is None else warning
+        try:
+            await asyncio.to_thread(self.kube.create_event, body, "Warning" if warn else "Normal", reason, message)
+        except ApiError as exc:
+            log.warning("cannot post event %s on %s: %s", reason, body["metadata"]["name"], exc)

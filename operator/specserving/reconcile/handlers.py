@@ -1,0 +1,119 @@
+"""The kopf handlers: thin wrappers that feed the controller and translate its verdicts into kopf's errors.
+
+- SpecServing create/update/resume -> Controller.reconcile (one function). InvalidSpec is a PermanentError
+  (nothing a retry can fix), a missing CRD a TemporaryError (install it and the next retry proceeds).
+- Every child kind and pool pods, filtered by the specserving.io/instance label: an index (in memory, so status
+  and drift checks never ask the API) and an event handler that pokes the owner.
+- kopf's own bookkeeping goes to annotations under operator.specserving.io/, never into .status.
+- No deletion handler and no daemon or timer, so kopf adds no finalizer: owner references let the garbage
+  collector remove the children (docs/operator.md explains why that is enough).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+
+from specserving import GROUP, PLURAL, VERSION
+from specserving.reconcile.controller import OWNER_INDEX, POD_INDEX, Blocked, Controller, Rejected, child_index
+from specserving.reconcile.kinds import CHILD_KINDS, ChildKind
+from specserving.reconcile.observed import child_of, pod_of, ref_of
+from specserving.rendering import labels as L
+
+PREFIX = "operator.specserving.io"
+OWNED = {L.INSTANCE: kopf.PRESENT}
+log = logging.getLogger("specserving.handlers")
+
+
+def build_registry(controller: Controller, *, resync_seconds: float = 600.0) -> kopf.OperatorRegistry:
+    """A fresh kopf registry with every handler bound to `controller`."""
+    reg = kopf.OperatorRegistry()
+    tasks: list[asyncio.Task[None]] = []
+
+    @kopf.on.startup(id="configure", registry=reg)
+    async def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix=PREFIX, key="last-handled-configuration")
+        settings.persistence.finalizer = f"{PREFIX}/finalizer"
+        settings.posting.enabled = False  # the controller posts its own events, with CamelCase reasons
+        # Watch only our children and pool pods: the label filter runs in the API server, not here.
+        for kind in CHILD_KINDS:
+            settings.watching.label_selectors[kind.group, kind.version, kind.plural] = L.INSTANCE
+        settings.watching.label_selectors["", "v1", "pods"] = L.INSTANCE
+        controller.indices = {k: v for k, v in kwargs.items() if isinstance(v, kopf.Index)}
+        log.debug("indexes: %s", ", ".join(sorted(controller.indices)))
+        if resync_seconds > 0:
+            tasks.append(asyncio.get_running_loop().create_task(_resync(controller, resync_seconds)))
+
+    @kopf.on.cleanup(id="stop", registry=reg)
+    async def stop(**_: Any) -> None:
+        for task in tasks:
+            task.cancel()
+
+    @kopf.on.login(id="login", registry=reg)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(**controller.kube.connection())
+
+    @kopf.on.probe(id="specservings_watched", registry=reg)
+    def probe(**_: Any) -> int:
+        return len(controller.known())
+
+    @kopf.index(GROUP, VERSION, PLURAL, id=OWNER_INDEX, registry=reg)
+    async def index_owner(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return {(namespace, name): dict(body)}
+
+    @kopf.on.resume(GROUP, VERSION, PLURAL, id="reconcile", registry=reg)
+    @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile", registry=reg)
+    @kopf.on.update(GROUP, VERSION, PLURAL, id="reconcile", registry=reg)
+    async def reconcile(namespace: str, name: str, body: kopf.Body, **_: Any) -> None:
+        try:
+            await controller.reconcile((namespace, name), body)
+        except Rejected as exc:
+            raise kopf.PermanentError(f"InvalidSpec: {exc}") from None
+        except Blocked as exc:
+            if exc.retry:
+                raise kopf.TemporaryError(str(exc), delay=exc.retry) from None
+            raise kopf.PermanentError(str(exc)) from None
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, id="specservings", registry=reg)
+    async def owner_event(type: str, namespace: str, name: str, **_: Any) -> None:  # noqa: A002 - kopf's kwarg
+        if type == "DELETED":
+            controller.forget((namespace, name))
+
+    for kind in CHILD_KINDS:
+        _watch_children(reg, controller, kind)
+
+    @kopf.index("", "v1", "pods", id=POD_INDEX, labels=OWNED, registry=reg)
+    async def index_pod(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return {(namespace, labels[L.INSTANCE]): pod_of(dict(body))}
+
+    @kopf.on.event("", "v1", "pods", id="pods", labels=OWNED, registry=reg)
+    async def pod_event(namespace: str, labels: kopf.Labels, **_: Any) -> None:
+        controller.poke((namespace, labels[L.INSTANCE]))
+
+    return reg
+
+
+def _watch_children(reg: kopf.OperatorRegistry, controller: Controller, kind: ChildKind) -> None:
+    async def index_child(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return {(namespace, labels[L.INSTANCE]): child_of(dict(body), workload=kind.workload)}
+
+    async def child_event(type: str, namespace: str, labels: kopf.Labels, body: kopf.Body,  # noqa: A002
+                    **_: Any) -> None:
+        controller.child_event((namespace, labels[L.INSTANCE]), ref_of(dict(body)), deleted=type == "DELETED")
+
+    kopf.index(kind.group, kind.version, kind.plural, id=child_index(kind), labels=OWNED, registry=reg)(
+        index_child)
+    kopf.on.event(kind.group, kind.version, kind.plural, id=kind.plural, labels=OWNED, registry=reg)(
+        child_event)
+
+
+async def _resync(controller: Controller, seconds: float) -> None:
+    """Converge every SpecServing now and then: a safety net for lost events. In sync, it costs no request."""
+    while True:
+        await asyncio.sleep(seconds)
+        await controller.resync()

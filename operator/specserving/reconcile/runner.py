@@ -1,0 +1,88 @@
+"""`specserving run`: check that the cluster can be used, serve metrics, then run kopf until a signal stops it."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from specserving import API_VERSION, KIND, PLURAL
+from specserving.kube import ApiError, Kube, StartupError, load_configuration
+from specserving.metrics import Metrics
+
+CRD_FILE = "crds/specserving.io_specservings.yaml"
+
+
+@dataclass
+class Options:
+    """What `specserving run` was asked to do (the CLI's flags)."""
+
+    namespaces: list[str] = field(default_factory=list)
+    all_namespaces: bool = False
+    kubeconfig: str | None = None
+    context: str | None = None
+    liveness: str | None = "http://0.0.0.0:8080/healthz"
+    metrics_port: int = 9090
+    metrics_address: str = "0.0.0.0"
+    peering: str | None = None  # None: standalone (no peering)
+    resync_seconds: float = 600.0
+    probe_load: bool = True
+    verbose: bool = False
+    debug: bool = False
+
+
+def preflight(kube: Kube) -> None:
+    """The API server answers, accepts our credentials, and serves the SpecServing CRD."""
+    try:
+        served = kube.resource(API_VERSION, KIND)
+    except ApiError as exc:
+        if exc.status == 0:
+            raise StartupError(f"cannot reach the Kubernetes API server at {kube.host}: {exc.message}") from None
+        if exc.status in (401, 403):
+            raise StartupError(f"the API server at {kube.host} refused our credentials ({exc.status} "
+                               f"{exc.reason}): {exc.message}") from None
+        raise StartupError(f"the API server at {kube.host} failed discovery of {API_VERSION}: {exc}") from None
+    if served is None:
+        raise StartupError(f"the SpecServing CRD ({PLURAL}.{API_VERSION.split('/')[0]}, {API_VERSION}) is not "
+                           f"installed in the cluster at {kube.host}: kubectl apply -f {CRD_FILE}")
+
+
+def serve_metrics(metrics: Metrics, port: int, address: str) -> None:
+    from prometheus_client import start_http_server
+
+    try:
+        start_http_server(port, addr=address, registry=metrics.registry)
+    except OSError as exc:
+        raise StartupError(f"cannot serve metrics on {address}:{port}: {exc.strerror or exc}") from None
+
+
+def run(opts: Options) -> int:
+    """Run the operator in the foreground; returns the exit code. Startup problems raise StartupError."""
+    import kopf
+
+    from specserving.reconcile.controller import Controller
+    from specserving.reconcile.handlers import build_registry
+
+    if bool(opts.namespaces) == opts.all_namespaces:
+        raise StartupError("pass either --namespace NS (repeatable) or --all-namespaces")
+    kopf.configure(verbose=opts.verbose, debug=opts.debug)
+    logging.getLogger("specserving").setLevel(logging.DEBUG if opts.debug else logging.INFO)
+    if not (opts.verbose or opts.debug):
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # not a line per handled watch event
+    metrics = Metrics()
+    kube = Kube(load_configuration(opts.kubeconfig, opts.context), count=metrics.count_request)
+    preflight(kube)
+    if opts.metrics_port:
+        serve_metrics(metrics, opts.metrics_port, opts.metrics_address)
+    controller = Controller(kube, metrics, probe_load=opts.probe_load)
+    registry = build_registry(controller, resync_seconds=opts.resync_seconds)
+    scope = "all namespaces" if opts.all_namespaces else "namespace(s) " + ", ".join(opts.namespaces)
+    logging.getLogger("specserving").info("watching SpecServings in %s on %s", scope, kube.host)
+    kopf.run(
+        registry=registry,
+        standalone=opts.peering is None,
+        peering_name=opts.peering,
+        clusterwide=opts.all_namespaces,
+        namespaces=opts.namespaces,
+        liveness_endpoint=opts.liveness or None,
+    )
+    return 0
