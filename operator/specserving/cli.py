@@ -85,6 +85,48 @@ def cmd_crd(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from specserving.kube import StartupError
+    from specserving.reconcile.runner import Options, run
+
+    opts = Options(namespaces=args.namespace or [], all_namespaces=args.all_namespaces, kubeconfig=args.kubeconfig,
+                   context=args.context, liveness=args.liveness, metrics_port=args.metrics_port,
+                   metrics_address=args.metrics_address, peering=args.peering,
+                   resync_seconds=args.resync_seconds, probe_load=args.probe_load, verbose=args.verbose,
+                   debug=args.debug)
+    try:
+        return run(opts)
+    except StartupError as exc:
+        print(f"specserving: {exc}", file=sys.stderr)
+        return 1
+
+
+def _add_run(sub: Any) -> None:
+    p = sub.add_parser("run", help="run the operator (kopf) against the cluster of the kubeconfig or in-cluster")
+    scope = p.add_mutually_exclusive_group(required=True)
+    scope.add_argument("-n", "--namespace", action="append", metavar="NS",
+                       help="watch SpecServings in this namespace (repeatable)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch SpecServings cluster-wide")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
+    p.add_argument("--context", help="kubeconfig context (default: the current one)")
+    p.add_argument("--liveness", default="http://0.0.0.0:8080/healthz", metavar="URL",
+                   help="serve kopf's liveness endpoint at URL; '' turns it off (default %(default)s)")
+    p.add_argument("--metrics-port", type=int, default=9090, metavar="PORT",
+                   help="serve Prometheus metrics on PORT; 0 turns them off (default %(default)s)")
+    p.add_argument("--metrics-address", default="0.0.0.0", metavar="ADDR",
+                   help="address for the metrics server (default %(default)s)")
+    p.add_argument("--peering", metavar="NAME",
+                   help="take part in kopf peering under NAME (default: standalone, no peering)")
+    p.add_argument("--resync-seconds", type=float, default=600.0, metavar="S",
+                   help="converge every SpecServing every S seconds; costs no request when in sync; 0 turns it "
+                        "off (default %(default)s)")
+    p.add_argument("--no-load-probe", dest="probe_load", action="store_false",
+                   help="on decode scale-down, do not read running requests from the pods' /metrics")
+    p.add_argument("-v", "--verbose", action="store_true", help="log more")
+    p.add_argument("--debug", action="store_true", help="log everything, kopf's internals included")
+    p.set_defaults(func=cmd_run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specserving", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -97,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_validate)
     p = sub.add_parser("crd", help="print the SpecServing CustomResourceDefinition")
     p.set_defaults(func=cmd_crd)
+    _add_run(sub)
     return parser
 
 
