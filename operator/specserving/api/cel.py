@@ -6,10 +6,12 @@ them without a cluster, through cel-python.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any
 
 import celpy
+from celpy import celtypes
 
 from specserving.problems import Problem
 
@@ -19,9 +21,25 @@ from specserving.problems import Problem
 _ENV = celpy.Environment()
 
 
+_FORMAT = re.compile(r"%%|%([ds])")
+
+
+def _format(template: Any, args: Any) -> celtypes.StringType:
+    """The `format` of Kubernetes' CEL strings library, for the %d and %s the CRD's messages use."""
+    values = iter(args)
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(0) == "%%":
+            return "%"
+        value = next(values)
+        return str(int(value)) if m.group(1) == "d" else str(value)
+
+    return celtypes.StringType(_FORMAT.sub(one, str(template)))
+
+
 @lru_cache(maxsize=None)
 def _program(expr: str) -> Any:
-    return _ENV.program(_ENV.compile(expr))
+    return _ENV.program(_ENV.compile(expr), functions={"format": _format})
 
 
 def _evaluate(expr: str, value: Any) -> Any:

@@ -239,9 +239,13 @@ class NetworkSpec:
     """How pool pods reach each other for KV transfer."""
 
     CEL: ClassVar[tuple[CelRule, ...]] = (
-        CelRule(rule="self.mode != 'Multus' || (has(self.multusNetworks) && self.multusNetworks.size() > 0)",
+        # has(self.mode): the API server checks the rules against the schema default {} of network, whose own
+        # nested default (mode: HostNetwork) is not applied there.
+        CelRule(rule="!has(self.mode) || self.mode != 'Multus' || "
+                     "(has(self.multusNetworks) && self.multusNetworks.size() > 0)",
                 message="mode Multus needs at least one entry in multusNetworks", field_path=".multusNetworks"),
-        CelRule(rule="self.mode != 'HostNetwork' || !has(self.multusNetworks) || self.multusNetworks.size() == 0",
+        CelRule(rule="(has(self.mode) && self.mode != 'HostNetwork') || !has(self.multusNetworks) || "
+                     "self.multusNetworks.size() == 0",
                 message="multusNetworks is only used with mode Multus", field_path=".multusNetworks"),
     )
 
@@ -375,27 +379,28 @@ class SpecServingSpec:
         CelRule(
             rule="!self.engine.enableDpAttention || self.engine.tp % self.engine.dp == 0",
             message="engine.dp must divide engine.tp when engine.enableDpAttention is true",
-            message_expression="'spec.engine.tp must be divisible by spec.engine.dp under DP attention (got ' "
-                               "+ string(self.engine.tp) + ' and ' + string(self.engine.dp) + '): set dp to a "
-                               "divisor of tp'",
+            # format(), not string() and +: the API server's cost estimate of string(int) concatenation is
+            # unbounded and refuses the CRD.
+            message_expression="'spec.engine.tp must be divisible by spec.engine.dp under DP attention (got %d and "
+                               "%d): set dp to a divisor of tp'.format([self.engine.tp, self.engine.dp])",
             field_path=".engine.dp",
         ),
         CelRule(
             rule="self.engine.tp % self.prefill.nodesPerReplica == 0 && "
                  "self.engine.tp / self.prefill.nodesPerReplica <= self.prefill.gpusPerNode",
             message="engine.tp must split evenly over prefill.nodesPerReplica nodes of at most gpusPerNode GPUs",
-            message_expression="'spec.engine.tp (' + string(self.engine.tp) + ') must split evenly over "
-                               "spec.prefill.nodesPerReplica (' + string(self.prefill.nodesPerReplica) + ') nodes "
-                               "of at most ' + string(self.prefill.gpusPerNode) + ' GPUs: raise nodesPerReplica'",
+            message_expression="'spec.engine.tp (%d) must split evenly over spec.prefill.nodesPerReplica (%d) "
+                               "nodes of at most %d GPUs: raise nodesPerReplica'.format([self.engine.tp, "
+                               "self.prefill.nodesPerReplica, self.prefill.gpusPerNode])",
             field_path=".prefill.nodesPerReplica",
         ),
         CelRule(
             rule="self.engine.tp % self.decode.nodesPerReplica == 0 && "
                  "self.engine.tp / self.decode.nodesPerReplica <= self.decode.gpusPerNode",
             message="engine.tp must split evenly over decode.nodesPerReplica nodes of at most gpusPerNode GPUs",
-            message_expression="'spec.engine.tp (' + string(self.engine.tp) + ') must split evenly over "
-                               "spec.decode.nodesPerReplica (' + string(self.decode.nodesPerReplica) + ') nodes "
-                               "of at most ' + string(self.decode.gpusPerNode) + ' GPUs: raise nodesPerReplica'",
+            message_expression="'spec.engine.tp (%d) must split evenly over spec.decode.nodesPerReplica (%d) "
+                               "nodes of at most %d GPUs: raise nodesPerReplica'.format([self.engine.tp, "
+                               "self.decode.nodesPerReplica, self.decode.gpusPerNode])",
             field_path=".decode.nodesPerReplica",
         ),
         CelRule(
@@ -403,9 +408,9 @@ class SpecServingSpec:
                  "(self.transfer.ibDevices.size() == self.engine.tp / self.prefill.nodesPerReplica && "
                  "self.transfer.ibDevices.size() == self.engine.tp / self.decode.nodesPerReplica)",
             message="transfer.ibDevices must list one device per GPU of a pool pod",
-            message_expression="'spec.transfer.ibDevices lists ' + string(self.transfer.ibDevices.size()) + "
-                               "' devices but a pool pod has ' + string(self.engine.tp / "
-                               "self.decode.nodesPerReplica) + ' GPUs: list one RDMA device per GPU'",
+            message_expression="'spec.transfer.ibDevices lists %d devices but a pool pod has %d GPUs: list one "
+                               "RDMA device per GPU'.format([self.transfer.ibDevices.size(), "
+                               "self.engine.tp / self.decode.nodesPerReplica])",
             field_path=".transfer.ibDevices",
         ),
     )
