@@ -1,21 +1,18 @@
-"""The kopf side of the validating webhook: one handler that asks admission.review, and the HTTPS server.
-
-Importing this module registers the handler with kopf's default registry.
-"""
+"""The kopf side of the validating webhook: one handler that asks admission.review, and its counters."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import kopf
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from specserving import GROUP, PLURAL, VERSION
 from specserving.admission import refusal_message, review
 from specserving.webhook.configuration import HANDLER_ID
-from specserving.webhook.tls import TLSMaterial, generate
 
 log = logging.getLogger(__name__)
 
@@ -29,31 +26,39 @@ def plain(value: Any) -> Any:
     return value
 
 
-@kopf.on.validate(GROUP, VERSION, PLURAL, id=HANDLER_ID, operations=["CREATE", "UPDATE"])
-def validate_specserving(body: kopf.Body, old: kopf.Body | None, warnings: list[str], **_: Any) -> None:
-    new_obj = plain(body)
-    try:
-        report = review(new_obj, plain(old) if old is not None else None)
-    except Exception:
-        name = f"{new_obj.get('metadata', {}).get('namespace')}/{new_obj.get('metadata', {}).get('name')}"
-        log.exception("admission review of SpecServing %s failed unexpectedly", name)
-        raise kopf.AdmissionError(f"the SpecServing admission webhook failed on {name}; see the operator's log",
-                                  code=500) from None
-    warnings.extend(str(w) for w in report.warnings)
-    if not report.ok:
-        raise kopf.AdmissionError(refusal_message(report), code=422)
+class WebhookMetrics:
+    """Admission reviews by operation and result, and how long each took."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.reviews = Counter("specserving_webhook_reviews_total", "Admission reviews, by operation and result "
+                               "(allowed, refused, error).", ["operation", "result"], registry=registry)
+        self.seconds = Histogram("specserving_webhook_review_duration_seconds",
+                                 "Time the webhook took to decide one review.", ["operation"],
+                                 buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
+                                 registry=registry)
 
 
-def server(*, listen: str, port: int, advertise: str, cert_dir: Path,
-           certfile: Path | None = None, keyfile: Path | None = None) -> tuple[kopf.WebhookServer, TLSMaterial | None]:
-    """The webhook's HTTPS server: with the given certificate files, or with a self-signed CA made now.
+def register(registry: kopf.OperatorRegistry, metrics: WebhookMetrics) -> None:
+    """Add the SpecServing validating handler to `registry`."""
 
-    Returns the server and, when the CA was made here, the material whose CA the configuration must carry.
-    """
-    if certfile and keyfile:
-        return kopf.WebhookServer(addr=listen, port=port, host=advertise, certfile=str(certfile),
-                                  pkeyfile=str(keyfile)), None
-    material = generate(cert_dir, [advertise, "localhost"] if advertise != "localhost" else ["localhost"])
-    srv = kopf.WebhookServer(addr=listen, port=port, host=advertise, certfile=str(material.certfile),
-                             pkeyfile=str(material.keyfile), cadata=material.ca_pem)
-    return srv, material
+    @kopf.on.validate(GROUP, VERSION, PLURAL, id=HANDLER_ID, operations=["CREATE", "UPDATE"], registry=registry)
+    def validate_specserving(body: kopf.Body, old: kopf.Body | None, operation: str, warnings: list[str],
+                             **_: Any) -> None:
+        started = time.perf_counter()
+        new_obj = plain(body)
+        meta = new_obj.get("metadata", {})
+        try:
+            report = review(new_obj, plain(old) if old is not None else None)
+        except Exception:
+            metrics.reviews.labels(operation, "error").inc()
+            log.exception("admission review of SpecServing %s/%s failed unexpectedly", meta.get("namespace"),
+                          meta.get("name"))
+            raise kopf.AdmissionError(f"the SpecServing admission webhook failed on {meta.get('namespace')}/"
+                                      f"{meta.get('name')}; see the operator's log", code=500) from None
+        finally:
+            metrics.seconds.labels(operation).observe(time.perf_counter() - started)
+        warnings.extend(str(w) for w in report.warnings)
+        if not report.ok:
+            metrics.reviews.labels(operation, "refused").inc()
+            raise kopf.AdmissionError(refusal_message(report), code=422)
+        metrics.reviews.labels(operation, "allowed").inc()
