@@ -34,9 +34,8 @@ test-decode-path: $(PY) ## the real SGLang wheels of every supported version, on
 test-cluster: $(PY) cluster-build ## the real control plane on 127.0.0.1 (kube-apiserver, etcd, kwok)
 	$(PY) -m pytest tests/cluster
 
-demo: $(PY) ## render the seed's DSPARK TP8/DP8 example (see README for what it does today)
-	$(VENV)/bin/specserving validate -f examples/dspark-pd-tp8dp8.yaml
-	$(VENV)/bin/specserving render -f examples/dspark-pd-tp8dp8.yaml
+demo: $(PY) ## the operator end to end on the local control plane: CRD, operator, the seed example, Ready
+	bash hack/demo.sh
 
 crds: $(PY) ## regenerate crds/ from the Python API types
 	$(VENV)/bin/specserving crd > crds/specserving.io_specservings.yaml
