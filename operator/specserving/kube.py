@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import threading
 import urllib.parse
@@ -74,6 +75,15 @@ class Resource:
 
 
 Counter = Callable[[str, str, int], None]  # verb, resource, HTTP status
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost reason of a connection error ("Connection refused"), not urllib3's nested repr."""
+    while isinstance(getattr(exc, "reason", None), BaseException):
+        exc = exc.reason  # type: ignore[assignment]
+    text = str(exc)
+    m = re.search(r"\[Errno -?\d+\] ([^\"')]+)", text)
+    return m.group(1) if m else text
 
 
 def resource_of(path: str) -> str:
@@ -144,7 +154,7 @@ class Kube:
             data = resp.read()
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             self._count(verb, resource, 0)
-            raise ApiError(0, "Unreachable", str(exc), method, path) from None
+            raise ApiError(0, "Unreachable", _cause(exc), method, path) from None
         except k8s.ApiException as exc:
             self._count(verb, resource, exc.status or 0)
             raise ApiError(exc.status or 0, exc.reason or "Error", str(exc.body or ""), method, path) from None

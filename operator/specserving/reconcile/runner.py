@@ -68,6 +68,7 @@ def run(opts: Options) -> int:
     logging.getLogger("specserving").setLevel(logging.DEBUG if opts.debug else logging.INFO)
     if not (opts.verbose or opts.debug):
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # not a line per handled watch event
+        logging.getLogger("urllib3").setLevel(logging.ERROR)  # retries end in an ApiError we report ourselves
     metrics = Metrics()
     kube = Kube(load_configuration(opts.kubeconfig, opts.context), count=metrics.count_request)
     preflight(kube)
