@@ -16,7 +16,7 @@ import threading
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import urllib3
@@ -79,8 +79,8 @@ Counter = Callable[[str, str, int], None]  # verb, resource, HTTP status
 
 def _cause(exc: BaseException) -> str:
     """The innermost reason of a connection error ("Connection refused"), not urllib3's nested repr."""
-    while isinstance(getattr(exc, "reason", None), BaseException):
-        exc = exc.reason  # type: ignore[assignment]
+    while isinstance(inner := getattr(exc, "reason", None), BaseException):
+        exc = inner
     text = str(exc)
     m = re.search(r"\[Errno -?\d+\] ([^\"')]+)", text)
     return m.group(1) if m else text
@@ -224,7 +224,7 @@ class Kube:
     def create_event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """A core/v1 Event on `involved` (a SpecServing body), as `kubectl describe` shows them."""
         meta = involved["metadata"]
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},

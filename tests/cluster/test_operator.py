@@ -261,7 +261,7 @@ def test_scale_subresource_and_prefill_replicas(cluster: Cluster, namespace: str
 
     # Scale down: the least-loaded decode pod goes first (load from the specserving.io/load annotation).
     decode_pods = sorted(p["metadata"]["name"] for p in pods(cluster, ns, "decode"))
-    loads = dict(zip(decode_pods, ("7", "0", "3")))
+    loads = dict(zip(decode_pods, ("7", "0", "3"), strict=True))
     for pod_name, load in loads.items():
         cluster.kubectl("annotate", "pod", pod_name, "-n", ns, f"specserving.io/load={load}", "--overwrite")
     idle = min(loads, key=lambda p: int(loads[p]))

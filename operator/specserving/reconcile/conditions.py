@@ -21,9 +21,9 @@ def merge(old: list[dict[str, Any]] | None, new: list[dict[str, Any]], now: str)
     previous = {c.get("type"): c for c in old or []}
     merged = []
     for c in sorted(new, key=lambda c: CONDITION_TYPES.index(c["type"])):
-        before = previous.get(c["type"])
-        same = before is not None and before.get("status") == c["status"] and before.get("lastTransitionTime")
-        merged.append({**c, "lastTransitionTime": before["lastTransitionTime"] if same else now})
+        before = previous.get(c["type"]) or {}
+        kept = before.get("lastTransitionTime") if before.get("status") == c["status"] else None
+        merged.append({**c, "lastTransitionTime": kept or now})
     return merged
 
 

@@ -16,7 +16,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from specserving import API_VERSION, KIND, PLURAL
@@ -93,7 +93,7 @@ class OwnerState:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def digest(obj: dict[str, Any]) -> str:
@@ -358,7 +358,7 @@ class Controller:
         try:
             found = await asyncio.wait_for(asyncio.gather(*(asyncio.to_thread(fetch, p) for p in targets)),
                                            timeout=LOAD_PROBE_TIMEOUT * 2)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return {}
         return {name: load for name, load in found if load is not None}
 

@@ -69,7 +69,7 @@ def matches(desired: Any, observed: Any, key: str = "", quantity: bool = False) 
         if _named(desired) and _named(observed):
             by_name = {o["name"]: o for o in observed}
             return all(matches(d, by_name.get(d["name"], _MISSING)) for d in desired)
-        return len(desired) == len(observed) and all(matches(d, o) for d, o in zip(desired, observed))
+        return len(desired) == len(observed) and all(matches(d, o) for d, o in zip(desired, observed, strict=True))
     if desired == observed and type(desired) is type(observed):
         return True
     return quantity and _quantities_equal(desired, observed)

@@ -63,15 +63,15 @@ def build_registry(controller: Controller, *, resync_seconds: float = 600.0) -> 
         return len(controller.known())
 
     @kopf.index(GROUP, VERSION, PLURAL, id=OWNER_INDEX, registry=reg)
-    async def index_owner(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    async def index_owner(*, namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
         return {(namespace, name): dict(body)}
 
     @kopf.on.resume(GROUP, VERSION, PLURAL, id="reconcile", registry=reg)
     @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile", registry=reg)
     @kopf.on.update(GROUP, VERSION, PLURAL, id="reconcile", registry=reg)
-    async def reconcile(namespace: str, name: str, body: kopf.Body, **_: Any) -> None:
+    async def reconcile(*, namespace: str | None, name: str, body: kopf.Body, **_: Any) -> None:
         try:
-            await controller.reconcile((namespace, name), body)
+            await controller.reconcile((namespace or "", name), body)
         except Rejected as exc:
             raise kopf.PermanentError(f"InvalidSpec: {exc}") from None
         except Blocked as exc:
@@ -80,31 +80,31 @@ def build_registry(controller: Controller, *, resync_seconds: float = 600.0) -> 
             raise kopf.PermanentError(str(exc)) from None
 
     @kopf.on.event(GROUP, VERSION, PLURAL, id="specservings", registry=reg)
-    async def owner_event(type: str, namespace: str, name: str, **_: Any) -> None:  # noqa: A002 - kopf's kwarg
+    async def owner_event(*, type: str, namespace: str | None, name: str, **_: Any) -> None:  # noqa: A002
         if type == "DELETED":
-            controller.forget((namespace, name))
+            controller.forget((namespace or "", name))
 
     for kind in CHILD_KINDS:
         _watch_children(reg, controller, kind)
 
     @kopf.index("", "v1", "pods", id=POD_INDEX, labels=OWNED, registry=reg)
-    async def index_pod(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-        return {(namespace, labels[L.INSTANCE]): pod_of(dict(body))}
+    async def index_pod(*, namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return {(namespace or "", labels[L.INSTANCE]): pod_of(dict(body))}
 
     @kopf.on.event("", "v1", "pods", id="pods", labels=OWNED, registry=reg)
-    async def pod_event(namespace: str, labels: kopf.Labels, **_: Any) -> None:
-        controller.poke((namespace, labels[L.INSTANCE]))
+    async def pod_event(*, namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
+        controller.poke((namespace or "", labels[L.INSTANCE]))
 
     return reg
 
 
 def _watch_children(reg: kopf.OperatorRegistry, controller: Controller, kind: ChildKind) -> None:
-    async def index_child(namespace: str, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-        return {(namespace, labels[L.INSTANCE]): child_of(dict(body), workload=kind.workload)}
+    async def index_child(*, namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+        return {(namespace or "", labels[L.INSTANCE]): child_of(dict(body), workload=kind.workload)}
 
-    async def child_event(type: str, namespace: str, labels: kopf.Labels, body: kopf.Body,  # noqa: A002
-                    **_: Any) -> None:
-        controller.child_event((namespace, labels[L.INSTANCE]), ref_of(dict(body)), deleted=type == "DELETED")
+    async def child_event(*, type: str, namespace: str | None, labels: kopf.Labels, body: kopf.Body,  # noqa: A002
+                          **_: Any) -> None:
+        controller.child_event((namespace or "", labels[L.INSTANCE]), ref_of(dict(body)), deleted=type == "DELETED")
 
     kopf.index(kind.group, kind.version, kind.plural, id=child_index(kind), labels=OWNED, registry=reg)(
         index_child)
