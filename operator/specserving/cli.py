@@ -91,7 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     opts = Options(namespaces=args.namespace or [], all_namespaces=args.all_namespaces, kubeconfig=args.kubeconfig,
                    context=args.context, liveness=args.liveness, metrics_port=args.metrics_port,
-                   metrics_address=args.metrics_address, peering=args.peering,
+                   metrics_address=args.metrics_address, peering=args.peering, priority=args.priority,
                    resync_seconds=args.resync_seconds, probe_load=args.probe_load, verbose=args.verbose,
                    debug=args.debug)
     try:
@@ -117,6 +117,9 @@ def _add_run(sub: Any) -> None:
                    help="address for the metrics server (default %(default)s)")
     p.add_argument("--peering", metavar="NAME",
                    help="take part in kopf peering under NAME (default: standalone, no peering)")
+    p.add_argument("--priority", default="0", metavar="N",
+                   help="peering priority: an integer, or 'random' (replicas with distinct priorities: the highest "
+                        "runs, the others pause; default %(default)s)")
     p.add_argument("--resync-seconds", type=float, default=600.0, metavar="S",
                    help="converge every SpecServing every S seconds; costs no request when in sync; 0 turns it "
                         "off (default %(default)s)")

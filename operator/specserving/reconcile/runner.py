@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 from dataclasses import dataclass, field
 
 from specserving import API_VERSION, KIND, PLURAL
@@ -24,6 +25,7 @@ class Options:
     metrics_port: int = 9090
     metrics_address: str = "0.0.0.0"
     peering: str | None = None  # None: standalone (no peering)
+    priority: str = "0"  # an integer, or "random"
     resync_seconds: float = 600.0
     probe_load: bool = True
     verbose: bool = False
@@ -55,6 +57,15 @@ def serve_metrics(metrics: Metrics, port: int, address: str) -> None:
         raise StartupError(f"cannot serve metrics on {address}:{port}: {exc.strerror or exc}") from None
 
 
+def _priority(value: str) -> int:
+    if value == "random":
+        return random.randint(1, 2**31 - 1)
+    try:
+        return int(value)
+    except ValueError:
+        raise StartupError(f"--priority must be an integer or 'random', not {value!r}") from None
+
+
 def run(opts: Options) -> int:
     """Run the operator in the foreground; returns the exit code. Startup problems raise StartupError."""
     import kopf
@@ -64,6 +75,7 @@ def run(opts: Options) -> int:
 
     if bool(opts.namespaces) == opts.all_namespaces:
         raise StartupError("pass either --namespace NS (repeatable) or --all-namespaces")
+    priority = _priority(opts.priority)
     kopf.configure(verbose=opts.verbose, debug=opts.debug)
     logging.getLogger("specserving").setLevel(logging.DEBUG if opts.debug else logging.INFO)
     if not (opts.verbose or opts.debug):
@@ -82,6 +94,7 @@ def run(opts: Options) -> int:
         registry=registry,
         standalone=opts.peering is None,
         peering_name=opts.peering,
+        priority=priority,
         clusterwide=opts.all_namespaces,
         namespaces=opts.namespaces,
         liveness_endpoint=opts.liveness or None,
