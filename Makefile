@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 # Everything heavy (Go-built control plane, SGLang venvs, wheels) lives outside the repo, keyed by version.
 export SPECSERVING_CACHE ?= $(HOME)/.cache/specserving
 
-.PHONY: help venv test test-unit test-decode-path test-cluster demo render cluster-up cluster-down cluster-env cluster-build crds verify
+.PHONY: help venv test test-unit test-decode-path test-cluster demo render cluster-up cluster-down cluster-env cluster-build crds bench reliability
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -36,6 +36,12 @@ test-cluster: $(PY) cluster-build ## the real control plane on 127.0.0.1 (kube-a
 
 demo: $(PY) ## the operator end to end on the local control plane: CRD, operator, the seed example, Ready
 	bash hack/demo.sh
+
+bench: $(PY) cluster-build ## full benchmarks (N = 1, 100, 1000) on the local control plane; writes docs/benchmarks.md
+	$(PY) -m bench --sizes 1,100,1000
+
+reliability: $(PY) cluster-build ## the full-size reliability and security suite on the local control plane
+	SPECSERVING_RELIABILITY=full $(PY) -m pytest tests/reliability
 
 crds: $(PY) ## regenerate crds/ from the Python API types
 	$(VENV)/bin/specserving crd > crds/specserving.io_specservings.yaml

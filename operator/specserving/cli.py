@@ -86,14 +86,24 @@ def cmd_crd(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from specserving.kube import StartupError
     from specserving.reconcile.runner import Options, run
+    from specserving.webhook.runtime import WebhookOptions
 
+    def path(value: str | None) -> Path | None:
+        return Path(value) if value else None
+
+    webhook = WebhookOptions(port=args.webhook_port, listen=args.webhook_listen, advertise=args.webhook_advertise,
+                             certfile=path(args.webhook_certfile), keyfile=path(args.webhook_keyfile),
+                             cert_dir=path(args.webhook_cert_dir), configuration=args.webhook_configuration,
+                             configuration_name=args.webhook_configuration_name)
     opts = Options(namespaces=args.namespace or [], all_namespaces=args.all_namespaces, kubeconfig=args.kubeconfig,
                    context=args.context, liveness=args.liveness, metrics_port=args.metrics_port,
                    metrics_address=args.metrics_address, peering=args.peering, priority=args.priority,
                    resync_seconds=args.resync_seconds, probe_load=args.probe_load, verbose=args.verbose,
-                   debug=args.debug)
+                   debug=args.debug, webhook=webhook)
     try:
         return run(opts)
     except StartupError as exc:
@@ -125,6 +135,23 @@ def _add_run(sub: Any) -> None:
                         "off (default %(default)s)")
     p.add_argument("--no-load-probe", dest="probe_load", action="store_false",
                    help="on decode scale-down, do not read running requests from the pods' /metrics")
+    w = p.add_argument_group("admission webhook")
+    w.add_argument("--webhook-port", type=int, default=0, metavar="PORT",
+                   help="serve the validating webhook over HTTPS on PORT; 0 (default) serves none")
+    w.add_argument("--webhook-listen", default="127.0.0.1", metavar="ADDR",
+                   help="address the webhook listens on (default %(default)s)")
+    w.add_argument("--webhook-advertise", metavar="HOST",
+                   help="host the API server calls in self mode, and the certificate's name (default: the listen "
+                        "address, or localhost for 0.0.0.0)")
+    w.add_argument("--webhook-certfile", metavar="FILE", help="serving certificate (PEM); with --webhook-keyfile")
+    w.add_argument("--webhook-keyfile", metavar="FILE", help="serving key (PEM)")
+    w.add_argument("--webhook-cert-dir", metavar="DIR",
+                   help="where a self-signed CA and certificate are written (default: a new temporary folder)")
+    w.add_argument("--webhook-configuration", choices=["self", "none"], default="self",
+                   help="self: apply the ValidatingWebhookConfiguration with our URL and CA (local clusters); "
+                        "none: another owner (the Helm chart) manages it (default %(default)s)")
+    w.add_argument("--webhook-configuration-name", default="specserving-validating", metavar="NAME",
+                   help="name of the ValidatingWebhookConfiguration in self mode (default %(default)s)")
     p.add_argument("-v", "--verbose", action="store_true", help="log more")
     p.add_argument("--debug", action="store_true", help="log everything, kopf's internals included")
     p.set_defaults(func=cmd_run)

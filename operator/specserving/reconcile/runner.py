@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from specserving import API_VERSION, KIND, PLURAL
 from specserving.kube import ApiError, Kube, StartupError, load_configuration
 from specserving.metrics import Metrics
+from specserving.webhook.runtime import WebhookOptions
 
 CRD_FILE = "crds/specserving.io_specservings.yaml"
 
@@ -30,6 +31,7 @@ class Options:
     probe_load: bool = True
     verbose: bool = False
     debug: bool = False
+    webhook: WebhookOptions = field(default_factory=WebhookOptions)
 
 
 def preflight(kube: Kube) -> None:
@@ -88,6 +90,10 @@ def run(opts: Options) -> int:
         serve_metrics(metrics, opts.metrics_port, opts.metrics_address)
     controller = Controller(kube, metrics, probe_load=opts.probe_load)
     registry = build_registry(controller, resync_seconds=opts.resync_seconds)
+    from specserving.webhook.handlers import WebhookMetrics
+    from specserving.webhook.runtime import install
+
+    install(registry, opts.webhook, kube, WebhookMetrics(metrics.registry), namespaces=opts.namespaces)
     scope = "all namespaces" if opts.all_namespaces else "namespace(s) " + ", ".join(opts.namespaces)
     logging.getLogger("specserving").info("watching SpecServings in %s on %s", scope, kube.host)
     kopf.run(

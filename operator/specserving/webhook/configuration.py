@@ -13,13 +13,13 @@ HANDLER_ID = "validate-specserving"
 TIMEOUT_SECONDS = 5
 
 
-def validating_configuration(ca_pem: bytes, *, url: str | None = None,
-                             service: dict[str, Any] | None = None) -> dict[str, Any]:
+def validating_configuration(ca_pem: bytes, *, url: str | None = None, service: dict[str, Any] | None = None,
+                             name: str = CONFIGURATION_NAME, namespaces: list[str] | None = None) -> dict[str, Any]:
     """The configuration that sends SpecServing creates and updates to the webhook.
 
     Pass `url` (a webhook reachable from the apiserver by address, as on a local control plane) or `service`
     ({namespace, name, port}) for an in-cluster webhook. failurePolicy is Fail: with the webhook down, nothing
-    that might crash a pool is admitted.
+    that might crash a pool is admitted. `namespaces` limits it to those namespaces.
     """
     if (url is None) == (service is None):
         raise ValueError("give exactly one of url and service")
@@ -28,19 +28,23 @@ def validating_configuration(ca_pem: bytes, *, url: str | None = None,
         client["url"] = f"{url.rstrip('/')}/{HANDLER_ID}"
     else:
         client["service"] = {**service, "path": f"/{HANDLER_ID}"}  # type: ignore[dict-item]
+    hook: dict[str, Any] = {
+        "name": WEBHOOK_NAME,
+        "clientConfig": client,
+        "rules": [{"apiGroups": [GROUP], "apiVersions": [VERSION], "resources": [PLURAL],
+                   "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}],
+        "failurePolicy": "Fail",
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "timeoutSeconds": TIMEOUT_SECONDS,
+        "admissionReviewVersions": ["v1"],
+    }
+    if namespaces:
+        hook["namespaceSelector"] = {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(namespaces)}]}
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": CONFIGURATION_NAME, "labels": {"app.kubernetes.io/name": "specserving"}},
-        "webhooks": [{
-            "name": WEBHOOK_NAME,
-            "clientConfig": client,
-            "rules": [{"apiGroups": [GROUP], "apiVersions": [VERSION], "resources": [PLURAL],
-                       "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}],
-            "failurePolicy": "Fail",
-            "matchPolicy": "Equivalent",
-            "sideEffects": "None",
-            "timeoutSeconds": TIMEOUT_SECONDS,
-            "admissionReviewVersions": ["v1"],
-        }],
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "specserving"}},
+        "webhooks": [hook],
     }

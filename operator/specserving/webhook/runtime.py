@@ -20,7 +20,7 @@ from typing import Any
 import kopf
 
 from specserving.kube import ApiError, Kube, StartupError
-from specserving.webhook.configuration import validating_configuration
+from specserving.webhook.configuration import CONFIGURATION_NAME, validating_configuration
 from specserving.webhook.handlers import WebhookMetrics, register
 from specserving.webhook.tls import generate
 
@@ -39,6 +39,7 @@ class WebhookOptions:
     keyfile: Path | None = None
     cert_dir: Path | None = None
     configuration: str = SELF
+    configuration_name: str = CONFIGURATION_NAME
 
     @property
     def host(self) -> str:
@@ -66,8 +67,13 @@ def _server(opts: WebhookOptions) -> tuple[kopf.WebhookServer, bytes | None]:
     return server, material.ca_pem
 
 
-def install(registry: kopf.OperatorRegistry, opts: WebhookOptions, kube: Kube, metrics: WebhookMetrics) -> None:
-    """Register the validating handler, and at start-up serve it and (in self mode) configure the API server."""
+def install(registry: kopf.OperatorRegistry, opts: WebhookOptions, kube: Kube, metrics: WebhookMetrics, *,
+            namespaces: list[str] | None = None) -> None:
+    """Register the validating handler, and at start-up serve it and (in self mode) configure the API server.
+
+    In self mode with `namespaces`, the configuration covers only those namespaces, so that an operator scoped
+    to some namespaces never holds up SpecServings elsewhere.
+    """
     if not opts.port:
         return
     if opts.configuration not in (SELF, NONE):
@@ -84,7 +90,8 @@ def install(registry: kopf.OperatorRegistry, opts: WebhookOptions, kube: Kube, m
         settings.admission.managed = None  # we own the configuration: kopf's would use a 30 s timeout
         if opts.configuration == SELF and ca_pem is not None:
             url = f"https://{opts.host}:{opts.port}"
-            manifest = validating_configuration(ca_pem, url=url)
+            manifest = validating_configuration(ca_pem, url=url, name=opts.configuration_name,
+                                                namespaces=namespaces or None)
             res = kube.resource("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration")
             if res is None:
                 raise kopf.PermanentError("the API server does not serve admissionregistration.k8s.io/v1")

@@ -1,0 +1,175 @@
+"""Running `specserving run` in tests, and reading what it and the cluster report.
+
+Shared by the operator, admission and reliability tests: the operator is a subprocess, one per test namespace.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .kube import Cluster, condition, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+CRD = REPO / "crds" / "specserving.io_specservings.yaml"
+SEED = REPO / "examples" / "dspark-pd-tp8dp8.yaml"
+SPECSERVING = str(Path(sys.executable).parent / "specserving")  # the console script beside this Python
+NAME = "dsv4-flash"
+CHILD_KINDS = "deployments,services,serviceaccounts,roles,rolebindings,poddisruptionbudgets"
+CRASH = "AttributeError: 'NoneType' object has no attribute 'prepare_for_decode'"
+READY_TIMEOUT = 90
+RESYNC_SECONDS = 2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Operator:
+    """`specserving run --namespace NS` in the background, with its liveness and metrics endpoints."""
+
+    def __init__(self, cluster: Cluster, namespace: str, log: Path, extra: Sequence[str] = ()) -> None:
+        self.health, self.metrics_port, self.log = free_port(), free_port(), log
+        cmd = [SPECSERVING, "run", "--namespace", namespace, "--kubeconfig", str(cluster.kubeconfig),
+               "--liveness", f"http://127.0.0.1:{self.health}/healthz", "--metrics-port", str(self.metrics_port),
+               "--metrics-address", "127.0.0.1", "--resync-seconds", str(RESYNC_SECONDS), "--no-load-probe",
+               *extra]
+        self._out = log.open("w")
+        self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT, env=cluster.env)
+        wait_for(self._healthy, timeout=30, what=f"the operator's liveness endpoint (log: {log})")
+
+    def _healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            pytest.fail(f"the operator exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health}/healthz", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def metrics(self) -> dict[str, float]:
+        """Every sample of the operator's /metrics: 'name{labels}' -> value."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return parse_prometheus(text)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._out.close()
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def total(samples: dict[str, float], name: str, **labels: str) -> float:
+    """Sum of the samples of one metric whose labels include `labels` (values may be regexes)."""
+    found = 0.0
+    for key, value in samples.items():
+        metric, _, rest = key.partition("{")
+        if metric != name:
+            continue
+        have = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+        if all(re.fullmatch(v, have.get(k, "")) for k, v in labels.items()):
+            found += value
+    return found
+
+
+@pytest.fixture(scope="module")
+def crd(cluster: Cluster) -> None:
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/specservings.specserving.io", "--timeout=30s")
+
+
+@pytest.fixture
+def operator(cluster: Cluster, namespace: str, crd: None, tmp_path: Path) -> Iterator[Operator]:
+    op = Operator(cluster, namespace, tmp_path / "operator.log")
+    try:
+        yield op
+    finally:
+        op.stop()
+        # pytest shows captured teardown output only when the test fails: the log tail explains the failure.
+        sys.stderr.write(f"\n--- operator log ({op.log}) ---\n{op.log.read_text()[-6000:]}\n")
+
+
+def seed(**changes: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = yaml.safe_load(SEED.read_text())
+    for path, value in changes.items():
+        node = obj
+        *parents, leaf = path.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return obj
+
+
+def sps(cluster: Cluster, ns: str, name: str = NAME) -> dict[str, Any]:
+    obj = cluster.get("specservings", name, ns)
+    assert obj is not None, f"SpecServing {ns}/{name} is gone"
+    return obj
+
+
+def cond_is(cluster: Cluster, ns: str, type_: str, status: str, reason: str | None = None,
+            name: str = NAME) -> dict[str, Any] | None:
+    obj = sps(cluster, ns, name)
+    c = condition(obj, type_)
+    if c and c["status"] == status and (reason is None or c["reason"] == reason) \
+            and c.get("observedGeneration") == obj["metadata"]["generation"]:
+        return obj
+    return None
+
+
+def ready(cluster: Cluster, ns: str, name: str = NAME) -> dict[str, Any] | None:
+    return cond_is(cluster, ns, "Ready", "True", name=name)
+
+
+def children(cluster: Cluster, ns: str, name: str = NAME) -> list[dict[str, Any]]:
+    return cluster.list(CHILD_KINDS, ns, f"specserving.io/instance={name}")
+
+
+def pods(cluster: Cluster, ns: str, role: str, name: str = NAME) -> list[dict[str, Any]]:
+    return [p for p in cluster.list("pods", ns, f"specserving.io/instance={name},specserving.io/role={role}")
+            if not p["metadata"].get("deletionTimestamp")]
+
+
+def events(cluster: Cluster, ns: str, reason: str) -> list[dict[str, Any]]:
+    return [e for e in cluster.list("events", ns) if e.get("reason") == reason
+            and e["involvedObject"].get("kind") == "SpecServing"]
+
+
+def deployment(cluster: Cluster, ns: str, role: str) -> dict[str, Any]:
+    obj = cluster.get("deployment", f"{NAME}-{role}", ns)
+    assert obj is not None
+    return obj
+
+
+def apply_ready(cluster: Cluster, ns: str, obj: dict[str, Any] | None = None) -> tuple[dict[str, Any], float]:
+    started = time.monotonic()
+    cluster.apply(obj or seed(), namespace=ns)
+    found = wait_for(lambda: ready(cluster, ns), READY_TIMEOUT, "the SpecServing to become Ready")
+    return found, time.monotonic() - started
+

@@ -1,0 +1,136 @@
+"""The validating webhook through real `kubectl apply`: the API server calls the operator's webhook over TLS.
+
+Each test runs its own operator with the webhook in self mode, under a ValidatingWebhookConfiguration named
+after the test namespace and limited to it, so no other test's SpecServings depend on this webhook.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .kube import Cluster, wait_for
+from .operating import NAME, REPO, Operator, crd, free_port, seed
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
+__all__ = ["crd"]  # a fixture, used by name
+
+IB4 = [f"mlx5_{i}" for i in range(4)]
+
+
+class WebhookOperator(Operator):
+    def __init__(self, cluster: Cluster, namespace: str, log: Path) -> None:
+        self.configuration = f"specserving-validating-{namespace}"
+        self.webhook_port = free_port()
+        super().__init__(cluster, namespace, log, extra=[
+            "--webhook-port", str(self.webhook_port), "--webhook-listen", "127.0.0.1",
+            "--webhook-cert-dir", str(log.parent / "webhook-tls"),
+            "--webhook-configuration", "self", "--webhook-configuration-name", self.configuration])
+
+
+@pytest.fixture
+def webhook(cluster: Cluster, namespace: str, crd: None, tmp_path: Path) -> Iterator[WebhookOperator]:
+    op = WebhookOperator(cluster, namespace, tmp_path / "operator.log")
+    try:
+        # The configuration exists once the webhook serves: a refused object proves the whole path works.
+        wait_for(lambda: cluster.get("validatingwebhookconfigurations", op.configuration) is not None, timeout=30,
+                 what=f"ValidatingWebhookConfiguration {op.configuration}")
+        wait_for(lambda: "admission webhook" in apply(cluster, namespace, seed(**{
+            "spec.speculative.algorithm": "NGRAM"}), dry_run=True).stderr, timeout=30,
+                 what="the webhook answering the API server")
+        yield op
+    finally:
+        op.stop()
+        cluster.kubectl("delete", "validatingwebhookconfiguration", op.configuration, "--ignore-not-found",
+                        check=False)
+
+
+def apply(cluster: Cluster, ns: str, obj: dict[str, Any], *, dry_run: bool = False) -> subprocess.CompletedProcess[str]:
+    args = ["apply", "-n", ns, "-f", "-"] + (["--dry-run=server"] if dry_run else [])
+    return cluster.kubectl(*args, input=yaml.safe_dump(obj), check=False)
+
+
+def stored(cluster: Cluster, ns: str, name: str = NAME) -> bool:
+    return cluster.get("specservings", name, ns) is not None
+
+
+REFUSED: list[tuple[str, dict[str, Any], list[str]]] = [
+    ("ngram", {"spec.speculative.algorithm": "NGRAM"},
+     ["spec.speculative.algorithm", "SGLang 0.5.17", "DFLASH, DSPARK, EAGLE, EAGLE3, FROZEN_KV_MTP"]),
+    ("uno", {"spec.image.base": "lmsysorg/sglang:v0.5.23-cu129", "spec.speculative.algorithm": "UNO"},
+     ["spec.speculative.algorithm", "SGLang 0.5.23", "UNO"]),
+    ("standalone", {"spec.speculative.algorithm": "STANDALONE"}, ["spec.speculative.algorithm", "STANDALONE"]),
+    ("dflash-0.5.18-without-fix", {"spec.image.base": "lmsysorg/sglang:v0.5.18-cu129",
+                                   "spec.image.build": {"policy": "Never"}, "spec.speculative.algorithm": "DFLASH"},
+     ["spec.speculative.algorithm", "SGLang 0.5.18", "build.policy to IfNeeded"]),
+    ("dspark-0.5.16-without-fix", {"spec.image.base": "lmsysorg/sglang:v0.5.16-cu129",
+                                   "spec.image.build": {"policy": "Never"}},
+     ["spec.speculative.algorithm", "SGLang 0.5.16", "DSPARK"]),
+    ("dp-does-not-divide-tp", {"spec.engine.dp": 3}, ["spec.engine.dp", "got 8 and 3"]),
+    ("ib-devices-do-not-match-gpus", {"spec.transfer.ibDevices": IB4}, ["spec.transfer.ibDevices", "8 GPUs"]),
+    ("extra-args-set-an-owned-flag", {"spec.decode.extraArgs": ["--disaggregation-mode", "prefill"]},
+     ["spec.decode.extraArgs[0]", "--disaggregation-mode"]),
+]
+
+
+@pytest.mark.parametrize(("changes", "words"), [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED])
+def test_refused_at_apply_and_nothing_stored(cluster: Cluster, namespace: str, webhook: WebhookOperator,
+                                             changes: dict[str, Any], words: list[str]) -> None:
+    for dry_run in (True, False):
+        out = apply(cluster, namespace, seed(**changes), dry_run=dry_run)
+        assert out.returncode != 0, out.stdout
+        for word in words:
+            assert word in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr
+        assert not stored(cluster, namespace)
+
+
+def test_examples_are_accepted(cluster: Cluster, namespace: str, webhook: WebhookOperator) -> None:
+    for example in sorted((REPO / "examples").glob("*.yaml")):
+        obj = yaml.safe_load(example.read_text())
+        for dry_run in (True, False):
+            out = apply(cluster, namespace, obj, dry_run=dry_run)
+            assert out.returncode == 0, f"{example.name}: {out.stderr}"
+        assert stored(cluster, namespace, obj["metadata"]["name"])
+
+
+def test_warnings_reach_kubectl(cluster: Cluster, namespace: str, webhook: WebhookOperator) -> None:
+    out = apply(cluster, namespace, seed(**{"spec.prefill.speculativeDecoding": "Disabled"}))
+    assert out.returncode == 0, out.stderr
+    assert "Warning: spec.prefill.speculativeDecoding" in out.stderr
+    out = apply(cluster, namespace, seed(**{"metadata.name": "untagged", "spec.image.base": "lmsysorg/sglang:latest"}))
+    assert out.returncode == 0, out.stderr
+    assert "Warning: spec.image.sglangVersion: cannot tell the SGLang version" in out.stderr
+
+
+def test_unsafe_update_is_refused_and_the_stored_object_kept(cluster: Cluster, namespace: str,
+                                                             webhook: WebhookOperator) -> None:
+    assert apply(cluster, namespace, seed()).returncode == 0
+    out = apply(cluster, namespace, seed(**{"spec.transfer.backend": "nixl"}))
+    assert out.returncode != 0
+    assert "spec.transfer.backend" in out.stderr and "scale spec.prefill.replicas" in out.stderr
+    obj = cluster.get("specservings", NAME, namespace)
+    assert obj is not None and obj["spec"]["transfer"]["backend"] == "mooncake"
+    out = apply(cluster, namespace, seed(**{"spec.speculative.algorithm": "EAGLE"}))
+    assert out.returncode == 0, out.stderr  # a speculative change rolls the pods; it is allowed
+
+
+def test_webhook_outage_refuses_clearly_then_recovers(cluster: Cluster, namespace: str, webhook: WebhookOperator,
+                                                      tmp_path: Path) -> None:
+    webhook.stop()
+    out = apply(cluster, namespace, seed())
+    assert out.returncode != 0
+    assert "failed calling webhook" in out.stderr and "validate.specservings.specserving.io" in out.stderr
+    assert not stored(cluster, namespace)
+    back = WebhookOperator(cluster, namespace, tmp_path / "operator-2.log")
+    try:
+        wait_for(lambda: apply(cluster, namespace, seed()).returncode == 0, timeout=30,
+                 what="the SpecServing admitted once the webhook is back")
+        assert stored(cluster, namespace)
+    finally:
+        back.stop()
