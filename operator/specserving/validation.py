@@ -20,8 +20,11 @@ from specserving.rendering.args import OWNED_FLAGS, flag_name
 from specserving.rendering.image import sglang_version
 
 CRASH = "'NoneType' object has no attribute 'prepare_for_decode'"
-# SGLang refuses to start DSPARK under DP attention with any other all-to-all MoE backend.
-DSPARK_DP_MOE_A2A = ("none", "megamoe", "mori")
+# SGLang's start-up rules under DP attention, read from each version's speculative argument hooks
+# (docs/decode-path.md): the MoE all-to-all backends DSPARK accepts from each version on, and the first
+# version that runs DFLASH under DP attention on CUDA.
+DSPARK_DP_MOE_A2A = (("0.5.16", ("none",)), ("0.5.18", ("none", "megamoe")), ("0.5.21", ("none", "megamoe", "mori")))
+DFLASH_DP_ATTENTION_FROM = "0.5.23"
 ROLE_SWITCH_FLAG = "--enable-pd-role-switch"
 
 
@@ -73,19 +76,46 @@ def check_pd_builder(spec: SpecServingSpec, table: CapabilityTable) -> Report:
     return report
 
 
-def check_sglang_startup_rules(spec: SpecServingSpec) -> Report:
-    """SGLang's own refusals at start-up, caught before a GPU node is spent on them."""
+def _at_least(version: str, floor: str) -> bool:
+    return version_key(version) >= version_key(floor)
+
+
+def dspark_dp_moe_a2a(version: str) -> tuple[str, ...]:
+    """The --moe-a2a-backend values SGLang `version` accepts for DSPARK under DP attention."""
+    allowed: tuple[str, ...] = ()
+    for floor, backends in DSPARK_DP_MOE_A2A:
+        if _at_least(version, floor):
+            allowed = backends
+    return allowed
+
+
+def check_sglang_startup_rules(spec: SpecServingSpec, table: CapabilityTable) -> Report:
+    """SGLang's own refusals at start-up, per version, caught before a GPU node is spent on them.
+
+    Versions the capability table does not know are left to SGLang (admission warns about them already).
+    """
     report = Report()
     alg, eng = spec.speculative.algorithm, spec.engine
-    if alg in ("DSPARK", "DFLASH") and eng.enable_dp_attention and not eng.enable_dp_lm_head:
+    version = sglang_version(spec)
+    if version is None or table.lookup(version) is None or not eng.enable_dp_attention:
+        return report
+    # From 0.5.18 SGLang applies its DP checks only when attention really is split (dp > 1).
+    dp_split = eng.dp > 1 or not _at_least(version, "0.5.18")
+    if alg == "DFLASH" and not _at_least(version, DFLASH_DP_ATTENTION_FROM):
+        report.errors.append(Problem("spec.engine.enableDpAttention", (
+            f"Invalid value: true: SGLang {version} refuses DFLASH under DP attention on CUDA (allowed from "
+            f"{DFLASH_DP_ATTENTION_FROM}); set enableDpAttention: false or upgrade SGLang")))
+    elif alg in ("DSPARK", "DFLASH") and dp_split and not eng.enable_dp_lm_head:
         report.errors.append(Problem("spec.engine.enableDpLmHead", (
-            f"Invalid value: false: SGLang refuses {alg} under DP attention without --enable-dp-lm-head; "
-            "set enableDpLmHead: true or enableDpAttention: false")))
-    if alg == "DSPARK" and eng.enable_dp_attention and eng.moe_a2a_backend \
-            and eng.moe_a2a_backend not in DSPARK_DP_MOE_A2A:
-        report.errors.append(Problem("spec.engine.moeA2aBackend", (
-            f'Unsupported value: "{eng.moe_a2a_backend}": SGLang refuses DSPARK under DP attention with this '
-            f"--moe-a2a-backend; use one of {', '.join(DSPARK_DP_MOE_A2A)}")))
+            f"Invalid value: false: SGLang {version} refuses {alg} under DP attention without "
+            "--enable-dp-lm-head; set enableDpLmHead: true or enableDpAttention: false")))
+    if alg == "DSPARK" and dp_split:
+        allowed = dspark_dp_moe_a2a(version)
+        backend = eng.moe_a2a_backend or "none"  # SGLang's default
+        if backend not in allowed:
+            report.errors.append(Problem("spec.engine.moeA2aBackend", (
+                f'Unsupported value: "{backend}": SGLang {version} refuses DSPARK under DP attention with this '
+                f"--moe-a2a-backend; use one of {', '.join(allowed)}")))
     return report
 
 
@@ -121,7 +151,7 @@ def semantic_checks(spec: SpecServingSpec, table: CapabilityTable | None = None)
     """The rules the CRD cannot express, on a spec that already passed the schema and CEL."""
     table = table or load()
     report = Report()
-    for check in (check_pd_builder(spec, table), check_sglang_startup_rules(spec), check_extra_args(spec),
+    for check in (check_pd_builder(spec, table), check_sglang_startup_rules(spec, table), check_extra_args(spec),
                   check_warnings(spec)):
         report.extend(check)
     return report

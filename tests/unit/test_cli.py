@@ -55,7 +55,9 @@ def test_validate_accepts_every_example() -> None:
 @pytest.mark.parametrize(("changes", "words"), [
     ({"spec.speculative.algorithm": "NGRAM"}, ["spec.speculative.algorithm", "0.5.17", "DSPARK, EAGLE"]),
     ({"spec.image.base": "lmsysorg/sglang:v0.5.18-cu129", "spec.image.build": {"policy": "Never"},
-      "spec.speculative.algorithm": "DFLASH"}, ["spec.speculative.algorithm", "0.5.18", "DSPARK, EAGLE"]),
+      "spec.engine.enableDpAttention": False,
+      "spec.speculative": {"algorithm": "DFLASH", "draftModelPath": "/d"}},
+     ["spec.speculative.algorithm", "0.5.18", "DSPARK, EAGLE"]),
 ])
 def test_validate_refuses_with_exit_1(tmp_path: Path, changes: dict[str, object], words: list[str]) -> None:
     f = tmp_path / "cr.yaml"

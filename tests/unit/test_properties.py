@@ -22,7 +22,8 @@ def specservings(draw: st.DrawFn) -> dict[str, Any]:
     nodes = draw(st.sampled_from([1, 1, 1, 2, 4]))
     gpus_per_pod = draw(st.sampled_from([1, 2, 4, 8]))
     tp = gpus_per_pod * nodes
-    dp_attention = draw(st.booleans())
+    # SGLang runs DFLASH under DP attention from 0.5.23 on (validation.DFLASH_DP_ATTENTION_FROM).
+    dp_attention = draw(st.booleans()) and (algorithm != "DFLASH" or version == "0.5.23")
     dp = draw(st.sampled_from([d for d in (1, 2, 4, 8, 16, 32) if tp % d == 0])) if dp_attention else draw(
         st.integers(1, 8))
     backend = draw(st.sampled_from(["mooncake", "mooncake_tcp", "nixl"]))
@@ -43,7 +44,8 @@ def specservings(draw: st.DrawFn) -> dict[str, Any]:
             "model": {"path": "/m/model"},
             "image": {"base": f"lmsysorg/sglang:v{version}-cu129", "build": {"policy": policy}},
             "engine": {"tp": tp, "dp": dp, "enableDpAttention": dp_attention, "enableDpLmHead": True},
-            "speculative": {"algorithm": algorithm},
+            "speculative": {"algorithm": algorithm, **({"draftModelPath": "/m/draft"} if algorithm == "DFLASH"
+                                                       else {})},
             "prefill": {**pool, "speculativeDecoding": draw(st.sampled_from(["Enabled", "Disabled"]))},
             "decode": {**pool, "cudaGraphBatchSizes": draw(st.lists(st.integers(1, 256), max_size=6))},
             "transfer": transfer,

@@ -12,6 +12,7 @@ from specserving.validation import validate
 from .builders import DELETE, seed
 
 IB8 = [f"mlx5_{i}" for i in range(8)]
+DFLASH = {"algorithm": "DFLASH", "draftModelPath": "/data2/draft"}
 
 # (case id, changes to the seed example, blamed path, words the message must contain)
 REFUSED: list[tuple[str, dict[str, Any], str, list[str]]] = [
@@ -22,7 +23,7 @@ REFUSED: list[tuple[str, dict[str, Any], str, list[str]]] = [
     ("standalone-has-no-builder", {"spec.speculative.algorithm": "STANDALONE"}, "spec.speculative.algorithm",
      ["STANDALONE", "choose an algorithm with a builder"]),
     ("dflash-0.5.18-without-fix", {"spec.image.base": "lmsysorg/sglang:v0.5.18-cu129",
-                                   "spec.image.build": {"policy": "Never"}, "spec.speculative.algorithm": "DFLASH"},
+                                   "spec.image.build": {"policy": "Never"}, "spec.speculative": DFLASH},
      "spec.speculative.algorithm",
      ["DFLASH", "SGLang 0.5.18", "in the base image", "build.policy to IfNeeded", "upgrade", "0.5.20"]),
     ("dspark-0.5.16-without-fix", {"spec.image.base": "lmsysorg/sglang:v0.5.16-cu129",
@@ -45,7 +46,22 @@ REFUSED: list[tuple[str, dict[str, Any], str, list[str]]] = [
     ("dspark-needs-dp-lm-head", {"spec.engine.enableDpLmHead": False}, "spec.engine.enableDpLmHead",
      ["--enable-dp-lm-head"]),
     ("dspark-needs-a-dp-moe-backend", {"spec.engine.moeA2aBackend": "deepep"}, "spec.engine.moeA2aBackend",
-     ["deepep", "none, megamoe, mori"]),
+     ["deepep", "SGLang 0.5.17", "use one of none"]),
+    ("dspark-0.5.17-refuses-megamoe", {"spec.engine.moeA2aBackend": "megamoe"}, "spec.engine.moeA2aBackend",
+     ["megamoe", "use one of none"]),
+    ("dspark-0.5.20-refuses-mori", {"spec.image.base": "lmsysorg/sglang:v0.5.20", "spec.engine.moeA2aBackend": "mori"},
+     "spec.engine.moeA2aBackend", ["mori", "SGLang 0.5.20", "use one of none, megamoe"]),
+    ("dflash-under-dp-attention-before-0.5.23", {"spec.image.base": "lmsysorg/sglang:v0.5.22",
+                                                 "spec.speculative": DFLASH},
+     "spec.engine.enableDpAttention", ["SGLang 0.5.22 refuses DFLASH under DP attention", "0.5.23"]),
+    ("dflash-needs-a-draft-model", {"spec.image.base": "lmsysorg/sglang:v0.5.23",
+                                    "spec.speculative": {"algorithm": "DFLASH"}},
+     "spec.speculative.draftModelPath", ["DFLASH needs a draft model"]),
+    ("dflash-draft-tokens-equal-block-size", {"spec.image.base": "lmsysorg/sglang:v0.5.23",
+                                              "spec.speculative": {**DFLASH, "blockSize": 16, "numDraftTokens": 8}},
+     "spec.speculative.numDraftTokens", ["equal to blockSize"]),
+    ("block-size-only-for-dspark-and-dflash", {"spec.speculative": {"algorithm": "EAGLE", "blockSize": 4}},
+     "spec.speculative.blockSize", ["DSPARK and DFLASH only"]),
     ("extra-args-may-not-set-owned-flags", {"spec.decode.extraArgs": ["--watchdog-timeout", "600", "--port=1"]},
      "spec.decode.extraArgs[2]", ["--port", "spec.engine.port"]),
     ("extra-args-alias-is-owned-too", {"spec.engine.extraArgs": ["--tp", "4"]}, "spec.engine.extraArgs[0]",
@@ -91,10 +107,14 @@ def test_every_error_is_reported_at_once() -> None:
 @pytest.mark.parametrize("changes", [
     {},
     {"spec.image.base": "lmsysorg/sglang:v0.5.16-cu129"},  # DSPARK on 0.5.16 is fine when the fix may be built
-    {"spec.image.base": "lmsysorg/sglang:v0.5.23", "spec.speculative.algorithm": "DFLASH"},
+    {"spec.image.base": "lmsysorg/sglang:v0.5.23", "spec.speculative": {**DFLASH, "blockSize": 16}},
+    {"spec.image.base": "lmsysorg/sglang:v0.5.18", "spec.engine.moeA2aBackend": "megamoe"},
+    {"spec.image.base": "lmsysorg/sglang:v0.5.21", "spec.engine.moeA2aBackend": "mori"},
+    {"spec.image.base": "lmsysorg/sglang:v0.5.18", "spec.engine.dp": 1, "spec.engine.enableDpLmHead": False},
     {"spec.image.base": "lmsysorg/sglang:v0.5.14", "spec.speculative.algorithm": "EAGLE"},
     {"spec.decode.extraArgs": ["--watchdog-timeout", "600"]},
-], ids=["seed", "dspark-0.5.16-fixed", "dflash-0.5.23", "eagle-0.5.14", "harmless-extra-args"])
+], ids=["seed", "dspark-0.5.16-fixed", "dflash-0.5.23", "dspark-megamoe-0.5.18", "dspark-mori-0.5.21",
+        "dspark-dp1-needs-no-lm-head-from-0.5.18", "eagle-0.5.14", "harmless-extra-args"])
 def test_accepted(changes: dict[str, Any]) -> None:
     report = validate(seed(**changes))
     assert report.ok, report.summary()

@@ -219,6 +219,19 @@ class EngineSpec:
 class SpeculativeSpec:
     """Speculative decoding."""
 
+    CEL: ClassVar[tuple[CelRule, ...]] = (
+        # has(): the API server also checks rules against the schema default {} of speculative.
+        CelRule(rule="!has(self.algorithm) || self.algorithm != 'DFLASH' || has(self.draftModelPath)",
+                message="DFLASH needs a draft model: set draftModelPath (SGLang refuses to start without one)",
+                field_path=".draftModelPath"),
+        CelRule(rule="!has(self.blockSize) || self.algorithm == 'DSPARK' || self.algorithm == 'DFLASH'",
+                message="blockSize applies to DSPARK and DFLASH only: remove it", field_path=".blockSize"),
+        CelRule(rule="self.algorithm != 'DFLASH' || !has(self.blockSize) || !has(self.numDraftTokens) || "
+                     "self.blockSize == self.numDraftTokens",
+                message="DFLASH needs numDraftTokens equal to blockSize (SGLang refuses to start otherwise)",
+                field_path=".numDraftTokens"),
+    )
+
     algorithm: str = field(
         "algorithm is SGLang's --speculative-algorithm. Only algorithms with a PD-decode draft-input builder in "
         "the image's SGLang version are admitted (see docs/decode-path.md); others crash the first decode. "
@@ -232,6 +245,10 @@ class SpeculativeSpec:
                                    maximum=64)
     num_draft_tokens: int | None = field("numDraftTokens is --speculative-num-draft-tokens. Default: SGLang's "
                                          "own.", minimum=1, maximum=1024)
+    block_size: int | None = field("blockSize is the draft block of DSPARK (--speculative-dspark-block-size) or "
+                                   "DFLASH (--speculative-dflash-block-size); other algorithms refuse it. For "
+                                   "DFLASH, SGLang requires numDraftTokens to equal it when both are set. "
+                                   "Default: SGLang's own.", minimum=1, maximum=1024)
 
 
 @dataclass
@@ -282,7 +299,7 @@ class TransferSpec:
     )
 
     backend: str = field("backend is SGLang's --disaggregation-transfer-backend. mooncake (default) moves KV "
-                         "over RDMA; mooncake_tcp over TCP (sets MC_FORCE_TCP, no RDMA devices); nixl over UCX.",
+                         "over RDMA; mooncake_tcp over TCP (SGLang sets MC_FORCE_TCP; no RDMA devices); nixl over UCX.",
                          default="mooncake", enum=TRANSFER_BACKENDS)
     ib_devices: list[str] | None = field(
         "ibDevices are the RDMA NICs Mooncake uses (--disaggregation-ib-device), one per GPU of a pod, for "

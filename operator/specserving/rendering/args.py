@@ -11,6 +11,7 @@ from specserving.api.types import SpecServingSpec
 from specserving.rendering.labels import PREFILL
 
 LAUNCHER = ["python3", "-m", "sglang.launch_server"]
+BLOCK_SIZE_FLAGS = {"DSPARK": "--speculative-dspark-block-size", "DFLASH": "--speculative-dflash-block-size"}
 HOST = "0.0.0.0"
 DIST_INIT_PORT = 20000
 
@@ -35,6 +36,8 @@ OWNED_FLAGS: dict[str, str] = {
     "--speculative-num-steps": "spec.speculative.numSteps",
     "--speculative-eagle-topk": "spec.speculative.eagleTopk",
     "--speculative-num-draft-tokens": "spec.speculative.numDraftTokens",
+    "--speculative-dspark-block-size": "spec.speculative.blockSize",
+    "--speculative-dflash-block-size": "spec.speculative.blockSize",
     "--disaggregation-mode": "the pool (prefill or decode)",
     "--disaggregation-transfer-backend": "spec.transfer.backend",
     "--disaggregation-ib-device": "spec.transfer.ibDevices",
@@ -78,7 +81,8 @@ def server_args(spec: SpecServingSpec, role: str, *, multinode: bool) -> list[st
         for flag, value in (("--speculative-draft-model-path", spec_dec.draft_model_path),
                             ("--speculative-num-steps", spec_dec.num_steps),
                             ("--speculative-eagle-topk", spec_dec.eagle_topk),
-                            ("--speculative-num-draft-tokens", spec_dec.num_draft_tokens)):
+                            ("--speculative-num-draft-tokens", spec_dec.num_draft_tokens),
+                            (BLOCK_SIZE_FLAGS.get(spec_dec.algorithm, ""), spec_dec.block_size)):
             if value is not None:
                 args += [flag, str(value)]
     args += ["--disaggregation-mode", role]
@@ -88,8 +92,8 @@ def server_args(spec: SpecServingSpec, role: str, *, multinode: bool) -> list[st
         args += ["--moe-a2a-backend", eng.moe_a2a_backend]
     if eng.moe_runner_backend:
         args += ["--moe-runner-backend", eng.moe_runner_backend]
-    # mooncake_tcp is Mooncake with MC_FORCE_TCP set in the environment (see pods.py), not an SGLang backend.
-    args += ["--disaggregation-transfer-backend", "nixl" if transfer.backend == "nixl" else "mooncake"]
+    # Every version's parser takes mooncake_tcp as a backend of its own (it sets MC_FORCE_TCP itself).
+    args += ["--disaggregation-transfer-backend", transfer.backend]
     if transfer.ib_devices:
         args += ["--disaggregation-ib-device", ",".join(transfer.ib_devices)]
     if role == PREFILL:

@@ -47,8 +47,6 @@ def _env(spec: SpecServingSpec, role: str) -> list[dict[str, Any]]:
     else:
         # The first Multus attachment is net1; Mooncake takes the address of that interface.
         env.append({"name": "SGLANG_LOCAL_IP_NIC", "value": "net1"})
-    if spec.transfer.backend == "mooncake_tcp":
-        env.append({"name": "MC_FORCE_TCP", "value": "true"})
     if speculates(spec, role) and spec.engine.enable_dp_attention:
         if spec.speculative.algorithm == "DSPARK":
             env.append({"name": "SGLANG_RAGGED_VERIFY_MODE", "value": "static"})
