@@ -54,6 +54,12 @@ class ImageStatus:
     pd_builders: list[str] | None = field("pdBuilders are the speculative algorithms with a PD-decode builder "
                                           "in resolved, as the capability table or the build probe reported.",
                                           max_items=32, item_max_length=64)
+    build_key: str | None = field("buildKey is the content hash (base image, fix version, registry) of the build "
+                                  "that produced resolved, or of the build in progress. While buildKey and a "
+                                  "resolved digest are recorded here, the operator does not build that image "
+                                  "again, even after the build Job's TTL removed the Job.", max_length=64)
+    tag: str | None = field("tag is the tag the build pushes, <registry>/sglang-pd:pd-<buildKey>; resolved names "
+                            "the same image by digest.", max_length=1024)
 
 
 @dataclass
