@@ -1,0 +1,166 @@
+"""`python -m bench`: start a local control plane, measure the operator against its baselines for each N, write the
+results (docs/benchmarks.md, docs/benchmarks-latency.png, a JSON file) and print the table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from bench import cluster as C
+from bench import measure as M
+from bench import report as R
+from bench import workload as W
+from bench.operating import Operator
+from bench.recorder import Recorder
+
+SPARE_NODES = 2  # scale samples run one at a time on each side: one extra decode pod at a time
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="1,100,1000", help="numbers of SpecServings, comma-separated (default %(default)s)")
+    p.add_argument("--idle-seconds", type=float, default=30.0,
+                   help="the idle window in which no write may happen (600 for the 10-minute check; default %(default)s)")
+    p.add_argument("--resync-seconds", type=float, default=None,
+                   help="the operator's --resync-seconds (default: a fifth of the idle window, at least 2)")
+    p.add_argument("--scale-samples", type=int, default=3, help="kubectl scale samples per side and N (default %(default)s)")
+    p.add_argument("--webhook-rate", type=float, default=100.0, help="requests per second (default %(default)s)")
+    p.add_argument("--webhook-seconds", type=float, default=10.0,
+                   help="seconds at that rate for each of the three webhook series (default %(default)s)")
+    p.add_argument("--out-md", default="docs/benchmarks.md", help="the results page (default %(default)s)")
+    p.add_argument("--out-png", default="docs/benchmarks-latency.png", help="the latency plot (default %(default)s)")
+    p.add_argument("--out-json", default="out/bench/results.json", help="every figure as JSON (default %(default)s)")
+    p.add_argument("--work-dir", default="out/bench", help="operator logs and applied files (default %(default)s)")
+    p.add_argument("--kubeconfig", help="use this running cluster instead of starting one (it needs 2N+2 free fake "
+                                        "8-GPU nodes); the bench then stops nothing")
+    p.add_argument("--cluster-name", default=os.environ.get("SPECSERVING_BENCH_CLUSTER_NAME", "specserving-bench"),
+                   help="the kwokctl cluster the bench starts (default %(default)s)")
+    p.add_argument("--keep-cluster", action="store_true", help="leave the cluster the bench started running")
+    p.add_argument("--timeout-per-sps", type=float, default=1.0,
+                   help="seconds of waiting allowed per SpecServing on top of 120 s (default %(default)s)")
+    p.add_argument("--profile", action="store_true",
+                   help="sample the operator with py-spy during the apply and webhook phases (collapsed stacks and "
+                        "a summary in the work dir and the JSON)")
+    p.add_argument("--operator-arg", action="append", default=[], metavar="ARG",
+                   help="extra argument for `specserving run` (repeatable)")
+    return p.parse_args(argv)
+
+
+def run_size(cl: C.Cluster, n: int, s: M.Settings, extra: list[str]) -> dict[str, Any]:
+    op_ns, base_ns = f"bench-op-{n}", f"bench-base-{n}"
+    started = time.monotonic()
+    for ns in (op_ns, base_ns):
+        if cl.api.request("GET", f"/api/v1/namespaces/{ns}")[0] == 200:
+            C.log(f"deleting namespace {ns} left by an earlier run")
+            cl.delete_namespace(ns, s.timeout(n) * 2)
+        cl.create_namespace(ns, {"specserving.io/bench": "true"})
+    free = cl.gpu_nodes_ready()
+    if free < W.NODES_PER_SPS * n + SPARE_NODES:
+        raise RuntimeError(f"N={n} needs {W.NODES_PER_SPS * n + SPARE_NODES} fake 8-GPU nodes, the cluster has {free}")
+    base_rec, op_rec = Recorder(cl.api, base_ns), Recorder(cl.api, op_ns)
+    base_rec.start()
+    op_rec.start()
+    result: dict[str, Any] = {"n": n}
+    op: Operator | None = None
+    configuration = f"specserving-bench-{n}"
+    try:
+        groups = [W.render(W.specserving(i, base_ns)) for i in range(n)]
+        refs = {i: W.refs(g) for i, g in enumerate(groups)}
+        result["baseline"] = M.baseline(cl, n, base_ns, base_rec, s, groups)
+        M.free_nodes(cl, base_ns, s, n)
+        op = Operator(cl.kubeconfig, op_ns, s.out_dir / f"operator-{n}.log", resync_seconds=s.resync(),
+                      webhook_configuration=configuration, env=cl.env, extra=extra)
+        rss_start, _ = op.memory()
+        wait_webhook(cl, op_ns, s)
+        result["webhook"] = M.webhook(cl, op, op_ns, base_ns, s)
+        result["operator"] = M.operator_phase(cl, n, op_ns, op_rec, op, s, refs)
+        result["operator"]["rss_start_mib"] = rss_start
+        result["operator"]["log_errors"] = log_errors(op.tail(10**9))
+    finally:
+        if op is not None:
+            op.stop()
+        cl.kubectl("delete", "validatingwebhookconfiguration", configuration, "--ignore-not-found", check=False)
+        for rec in (base_rec, op_rec):
+            rec.stop()
+        errors = base_rec.errors() + op_rec.errors()
+        if errors:
+            C.log(f"watch hiccups (retried): {errors}")
+        for ns in (op_ns, base_ns):
+            cl.delete_namespace(ns, s.timeout(n) * 3)
+    result["seconds"] = time.monotonic() - started
+    return result
+
+
+def log_errors(text: str) -> int:
+    """Tracebacks and ERROR lines in the operator's log, but for kopf's line about the refusal wait_webhook asks for."""
+    return sum(1 for line in text.splitlines() if "Traceback" in line or (
+        "ERROR" in line and "Webhook 'validate-specserving' failed permanently" not in line))
+
+
+def wait_webhook(cl: C.Cluster, ns: str, s: M.Settings) -> None:
+    """The API server calls the webhook: an object only the webhook refuses is refused."""
+    bad = W.specserving("bench-webhook-check", ns)
+    bad["spec"]["speculative"]["algorithm"] = "NGRAM"
+
+    def refused() -> bool:
+        status, body = cl.api.request("POST", f"{M.GROUP_PATH}/namespaces/{ns}/specservings", bad,
+                                      query={"dryRun": "All"})
+        return status >= 400 and "admission webhook" in str(body)
+
+    M.wait_until("the webhook answering the API server", refused, 60, interval=0.5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+    if not sizes or min(sizes) < 1:
+        print("python -m bench: --sizes needs positive integers", file=sys.stderr)
+        return 2
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    s = M.Settings(idle_seconds=args.idle_seconds, resync_seconds=args.resync_seconds,
+                   scale_samples=args.scale_samples, webhook_rate=args.webhook_rate,
+                   webhook_seconds=args.webhook_seconds, out_dir=work, timeout_per_sps=args.timeout_per_sps,
+                   profile=args.profile)
+    info = C.machine()
+    nodes = W.NODES_PER_SPS * max(sizes) + SPARE_NODES
+    t0 = time.monotonic()
+    if args.kubeconfig:
+        cl = C.attach(args.kubeconfig)
+    else:
+        cl = C.start(args.cluster_name, nodes)
+    results: dict[str, Any] = {"machine": info, "settings": {
+        "sizes": sizes, "idle_seconds": s.idle_seconds, "resync_seconds": s.resync(),
+        "scale_samples": s.scale_samples, "webhook_rate": s.webhook_rate, "webhook_seconds": s.webhook_seconds,
+        "nodes": nodes}, "sizes": [], "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    rc = 0
+    try:
+        info["kubernetes"] = cl.version()
+        cl.install_crd()
+        W.check_cli_render("bench-render-check", work, cl.env)
+        for n in sizes:
+            C.log(f"--- N={n} ---")
+            try:
+                results["sizes"].append(run_size(cl, n, s, args.operator_arg))
+            except Exception as exc:  # noqa: BLE001 - report what was measured, and why the rest was not
+                traceback.print_exc()
+                results["sizes"].append({"n": n, "error": f"{type(exc).__name__}: {exc}"})
+                rc = 1
+    finally:
+        results["seconds"] = time.monotonic() - t0
+        info["loadavg_end"] = os.getloadavg()[0]
+        if not args.keep_cluster:
+            C.stop(cl)
+    out_json = Path(args.out_json)
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    out_json.write_text(json.dumps(results, indent=2, default=str))
+    table = R.write(results, Path(args.out_md), Path(args.out_png))
+    print(table)
+    C.log(f"wrote {args.out_md}, {args.out_png} and {out_json} in {results['seconds']:.0f} s")
+    return rc

@@ -1,0 +1,171 @@
+"""The control plane the bench runs on: started with hack/cluster.sh under the bench's own name, or given."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.kubeapi import Api
+from bench.operating import parse_prometheus
+
+REPO = Path(__file__).absolute().parents[1]
+CLUSTER_SH = REPO / "hack" / "cluster.sh"
+CRD = REPO / "crds" / "specserving.io_specservings.yaml"
+
+
+def log(msg: str) -> None:
+    print(f"bench: {msg}", flush=True)
+
+
+def cluster_sh(command: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(CLUSTER_SH), command], env=env, text=True, capture_output=True,
+                          timeout=timeout, check=False)
+
+
+@dataclass
+class Cluster:
+    kubeconfig: str
+    bin_dir: Path
+    env: dict[str, str]
+    name: str | None = None  # set when the bench started it (and so stops it)
+    api: Api = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.api = Api(self.kubeconfig)
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        cmd = [str(self.bin_dir / "kubectl"), *args]
+        proc = subprocess.run(cmd, input=input, env=self.env, text=True, capture_output=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+        return proc
+
+    def kubectl_popen(self, *args: str, stdin: Any = None) -> subprocess.Popen[str]:
+        return subprocess.Popen([str(self.bin_dir / "kubectl"), *args], env=self.env, text=True,
+                                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def apiserver_metrics(self) -> dict[str, float]:
+        """The API server's own /metrics (apiserver_request_total and the webhook histograms only)."""
+        text = self.api.text("/metrics")
+        keep = ("apiserver_request_total", "apiserver_admission_webhook_admission_duration_seconds")
+        return parse_prometheus("\n".join(line for line in text.splitlines() if line.startswith(keep)))
+
+    def version(self) -> str:
+        return str(self.api.get("/version").get("gitVersion", "?"))
+
+    def install_crd(self) -> None:
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+        self.kubectl("wait", "--for=condition=Established", "crd/specservings.specserving.io", "--timeout=60s")
+
+    def gpu_nodes_ready(self) -> int:
+        nodes = self.api.get("/api/v1/nodes", labelSelector="type=kwok")["items"]
+        return sum(1 for n in nodes if int((n["status"].get("allocatable") or {}).get("nvidia.com/gpu", "0")) >= 8
+                   and any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", [])))
+
+    def create_namespace(self, name: str, labels: dict[str, str]) -> None:
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+        self.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(body))
+        deadline = time.monotonic() + 60
+        while True:
+            status, _ = self.api.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
+            if status == 200:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"namespace {name}: no default ServiceAccount after 60 s")
+            time.sleep(0.2)
+
+    def delete_namespace(self, name: str, timeout: float) -> float:
+        """Delete a namespace and wait until it is gone (its pods too); returns the seconds it took."""
+        started = time.monotonic()
+        self.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+        while True:
+            status, _ = self.api.request("GET", f"/api/v1/namespaces/{name}")
+            if status == 404:
+                return time.monotonic() - started
+            if time.monotonic() - started > timeout:
+                raise RuntimeError(f"namespace {name} still there after {timeout:.0f} s")
+            time.sleep(1)
+
+
+def start(name: str, nodes: int) -> Cluster:
+    """hack/cluster.sh up with SPECSERVING_CLUSTER_NAME=name and SPECSERVING_NODES=nodes (idempotent)."""
+    env = dict(os.environ, SPECSERVING_CLUSTER_NAME=name, SPECSERVING_NODES=str(nodes))
+    build = cluster_sh("build", env, 3600)
+    if build.returncode != 0:
+        raise RuntimeError(f"hack/cluster.sh build failed:\n{build.stderr[-3000:]}")
+    # `up` waits 60 s for the nodes; thousands of fake nodes can take longer to turn Ready, so ask again.
+    last = None
+    for attempt in range(4):
+        log(f"hack/cluster.sh up (cluster {name}, {nodes} fake 8-GPU nodes){' again' if attempt else ''}")
+        last = cluster_sh("up", env, 1200)
+        if last.returncode == 0:
+            break
+        time.sleep(5)
+    else:
+        assert last is not None
+        raise RuntimeError(f"hack/cluster.sh up failed:\n{last.stderr[-3000:]}")
+    kubeconfig, bin_dir = parse_env(cluster_sh("env", env, 30).stdout)
+    c = Cluster(str(kubeconfig), bin_dir, kube_env(kubeconfig, bin_dir), name=name)
+    return c
+
+
+def attach(kubeconfig: str) -> Cluster:
+    """A cluster someone else runs (--kubeconfig): the bench stops nothing."""
+    env = dict(os.environ)
+    out = cluster_sh("env", env, 30).stdout
+    _, bin_dir = parse_env(out)
+    return Cluster(kubeconfig, bin_dir, kube_env(Path(kubeconfig), bin_dir))
+
+
+def stop(c: Cluster) -> None:
+    if not c.name:
+        return
+    env = dict(os.environ, SPECSERVING_CLUSTER_NAME=c.name)
+    down = cluster_sh("down", env, 300)
+    if down.returncode != 0:
+        log(f"hack/cluster.sh down failed: {down.stderr[-1000:]}")
+
+
+def parse_env(output: str) -> tuple[Path, Path]:
+    kubeconfig = re.search(r"^export KUBECONFIG=(\S+)$", output, re.M)
+    path = re.search(r"^export PATH=([^:\s]+):\$PATH$", output, re.M)
+    if not kubeconfig or not path:
+        raise RuntimeError(f"unexpected output from hack/cluster.sh env: {output!r}")
+    return Path(kubeconfig.group(1)), Path(path.group(1))
+
+
+def kube_env(kubeconfig: Path, bin_dir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["KUBECONFIG"] = str(kubeconfig)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def machine() -> dict[str, Any]:
+    """nproc, memory, load, kernel, Python and kopf versions."""
+    import importlib.metadata
+
+    mem = 0.0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem = int(line.split()[1]) / 1024 / 1024
+    cpu = "?"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    return {
+        "nproc": os.cpu_count(), "memory_gib": round(mem, 1), "cpu": cpu,
+        "loadavg_start": os.getloadavg()[0], "kernel": platform.release(),
+        "python": platform.python_version(), "kopf": importlib.metadata.version("kopf"),
+        "kubernetes_client": importlib.metadata.version("kubernetes"),
+    }

@@ -1,0 +1,360 @@
+"""One size N of the bench: the baseline (server-side apply of the rendered children, Deployment scaling), then
+the operator (kubectl apply of N SpecServings, kubectl scale), the webhook at a fixed rate, and an idle window.
+
+Timing rule, the same on both sides: kubectl applies a multi-document file one object at a time and prints a line
+per object as it goes, so the line of the previous object marks when kubectl started on the next. The first
+document is a marker ConfigMap, whose line marks the moment kubectl (started, discovery done) sends its first
+real request. "apply -> children created" of object i runs from that start to the arrival, at the bench's own
+watches, of the last of the SpecServing's children; "apply -> Ready" to the SpecServing's Ready condition (for
+the baseline: all three Deployments available at once).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import urllib3
+import yaml
+
+from bench import workload as W
+from bench.cluster import Cluster, log
+from bench.kubeapi import Api
+from bench.operating import WRITE_VERBS, Operator, by_label, delta, select, total
+from bench.profiling import Profile
+from bench.recorder import Recorder
+from bench.stats import histogram_quantile, percentile, summary
+
+GROUP_PATH = "/apis/specserving.io/v1alpha1"
+WEBHOOK_NAME = "validate.specservings.specserving.io"
+CHILD_RESOURCES = "deployments|services|serviceaccounts|roles|rolebindings|poddisruptionbudgets"
+
+
+@dataclass
+class Settings:
+    idle_seconds: float = 30.0
+    resync_seconds: float | None = None  # default: idle / 5, at least 2
+    scale_samples: int = 3
+    webhook_rate: float = 100.0
+    webhook_seconds: float = 10.0
+    out_dir: Path = Path("out/bench")
+    timeout_base: float = 120.0
+    timeout_per_sps: float = 1.0
+    profile: bool = False  # py-spy the operator during the apply and webhook phases
+
+    def resync(self) -> float:
+        return self.resync_seconds if self.resync_seconds is not None else max(2.0, self.idle_seconds / 5)
+
+    def timeout(self, n: int) -> float:
+        return self.timeout_base + self.timeout_per_sps * n
+
+
+def apply_stream(cluster: Cluster, docs: list[dict[str, Any]], path: Path) -> list[float]:
+    """kubectl apply --server-side -f FILE; the arrival time of each object's output line, in document order."""
+    path.write_text(yaml.safe_dump_all(docs))
+    proc = cluster.kubectl_popen("apply", "--server-side", "--force-conflicts", "-f", str(path))
+    assert proc.stdout is not None and proc.stderr is not None
+    times = [time.monotonic() for _ in proc.stdout]
+    err = proc.stderr.read()
+    rc = proc.wait()
+    if rc != 0 or len(times) != len(docs):
+        raise RuntimeError(f"kubectl apply of {path} exited {rc} after {len(times)} of {len(docs)} objects: "
+                           f"{err.strip()[-2000:]}")
+    return times
+
+
+def wait_until(what: str, predicate: Any, timeout: float, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what} (last: {value!r})")
+        time.sleep(interval)
+
+
+def _all(fn: Any, n: int) -> dict[int, float] | None:
+    """{i: fn(i)} for every i < n once none is None; else None."""
+    found = {}
+    for i in range(n):
+        t = fn(i)
+        if t is None:
+            return None
+        found[i] = t
+    return found
+
+
+def _latencies(done: dict[int, float], starts: dict[int, float]) -> list[float]:
+    return [done[i] - starts[i] for i in sorted(done)]
+
+
+def _samples(times: list[float], starts: dict[int, float], created: dict[int, float],
+             ready: dict[int, float]) -> dict[str, list[float]]:
+    """Raw per-object figures (seconds from kubectl's marker line), for the JSON file."""
+    t0 = times[0]
+    return {"start": [round(starts[i] - t0, 4) for i in sorted(starts)],
+            "children": [round(created[i] - t0, 4) for i in sorted(created)],
+            "ready": [round(ready[i] - t0, 4) for i in sorted(ready)],
+            "lines": [round(t - t0, 4) for t in times]}
+
+
+def _apiserver_requests(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    """Requests to the API server between two scrapes, as 'VERB resource[/subresource]' -> count (all clients)."""
+    out: dict[str, float] = {}
+    for labels, value in select(delta(after, before), "apiserver_request_total").items():
+        d = dict(labels)
+        if d.get("dry_run"):
+            continue
+        key = f"{d.get('verb')} {d.get('resource')}" + (f"/{d['subresource']}" if d.get("subresource") else "")
+        out[key] = out.get(key, 0.0) + value
+    return dict(sorted(out.items()))
+
+
+def _writes(requests: dict[str, float]) -> float:
+    return sum(v for k, v in requests.items() if k.split()[0] in WRITE_VERBS)
+
+
+# -- the baseline ----------------------------------------------------------------------------------------------
+
+
+def baseline(cluster: Cluster, n: int, ns: str, rec: Recorder, s: Settings,
+             groups: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """`groups`: the rendered children of each SpecServing, in namespace `ns`."""
+    k = len(groups[0])
+    docs = [W.marker(ns, f"baseline-{n}")] + [c for g in groups for c in g]
+    log(f"N={n} baseline: kubectl apply --server-side of {n * k} rendered children in {ns}")
+    a0 = cluster.apiserver_metrics()
+    times = apply_stream(cluster, docs, s.out_dir / f"baseline-{n}.yaml")
+    starts = {i: times[i * k] for i in range(n)}
+    refs = {i: W.refs(g) for i, g in enumerate(groups)}
+    created = wait_until("the baseline's children", lambda: _all(lambda i: rec.all_seen(refs[i]), n), s.timeout(n))
+    ready = wait_until("the baseline's Deployments available",
+                       lambda: _all(lambda i: rec.available_at(W.name(i)), n), s.timeout(n) * 2)
+    a1 = cluster.apiserver_metrics()
+    out = {
+        "children": summary(_latencies(created, starts)),
+        "ready": summary(_latencies(ready, starts)),
+        "children_makespan": max(created.values()) - times[0],
+        "ready_makespan": max(ready.values()) - times[0],
+        "children_per_specserving": k,
+        "samples": _samples(times, starts, created, ready),
+        "apiserver_requests": _apiserver_requests(a1, a0),
+    }
+    out["scale"] = _scale(cluster, n, ns, rec, s, lambda i, r: ("deployment", f"{W.name(i)}-decode", r),
+                          operator=None)
+    log(f"N={n} baseline: children p50 {out['children']['p50']:.3f} s, Ready p50 {out['ready']['p50']:.3f} s")
+    return out
+
+
+def free_nodes(cluster: Cluster, ns: str, s: Settings, n: int) -> None:
+    """Delete the baseline's Deployments and wait for their pods to go, so the operator finds the nodes free."""
+    cluster.kubectl("delete", "deployments", "--all", "-n", ns, "--wait=false")
+    wait_until(f"the pods in {ns} to be deleted",
+               lambda: not cluster.api.get(f"/api/v1/namespaces/{ns}/pods", limit="1")["items"],
+               s.timeout(n), interval=1)
+
+
+# -- scaling --------------------------------------------------------------------------------------------------
+
+
+def _scale(cluster: Cluster, n: int, ns: str, rec: Recorder, s: Settings, target: Any,
+           operator: Operator | None) -> dict[str, Any]:
+    """kubectl scale 1 -> 2 decode replicas on a few instances, one at a time: until the new pod runs Ready."""
+    samples: list[float] = []
+    count = min(s.scale_samples, n)
+    for j in range(count):
+        i = j * n // count
+        inst = W.name(i)
+        kind, obj_name, _ = target(i, 2)
+        started = time.monotonic()
+        cluster.kubectl("scale", "-n", ns, f"{kind}/{obj_name}", "--replicas=2")
+        done = wait_until(f"{inst}: 2 decode pods Running", lambda: rec.decode_reached(inst, 2, started),
+                          s.timeout(1))
+        samples.append(done - started)
+        cluster.kubectl("scale", "-n", ns, f"{kind}/{obj_name}", "--replicas=1")
+        wait_until(f"{inst}: back to 1 decode pod", lambda: rec.decode_settled(inst, 1), s.timeout(1))
+        if operator is not None:
+            wait_until(f"{inst}: Ready again", lambda: rec.sps_is_ready(inst), s.timeout(1))
+    return summary(samples)
+
+
+# -- the operator -----------------------------------------------------------------------------------------------
+
+
+def operator_phase(cluster: Cluster, n: int, ns: str, rec: Recorder, op: Operator, s: Settings,
+                   children: dict[int, list[tuple[str, str]]]) -> dict[str, Any]:
+    """`children`: the (kind, name) of each SpecServing's children, as the renderer names them."""
+    objs = [W.specserving(i, ns) for i in range(n)]
+    docs = [W.marker(ns, f"operator-{n}"), *objs]
+    m0, a0, cpu0 = op.metrics(), cluster.apiserver_metrics(), op.cpu_seconds()
+    log(f"N={n} operator: kubectl apply --server-side of {n} SpecServings in {ns}")
+    prof = Profile(op.pid, s.out_dir / f"profile-apply-{n}.txt") if s.profile else None
+    times = apply_stream(cluster, docs, s.out_dir / f"operator-{n}.yaml")
+    starts = {i: times[i] for i in range(n)}
+    created = wait_until("the operator's children", lambda: _all(lambda i: rec.all_seen(children[i]), n),
+                         s.timeout(n))
+    ready = wait_until("the SpecServings Ready", lambda: _all(lambda i: rec.ready_at(W.name(i)), n),
+                       s.timeout(n) * 2)
+    m1, a1, cpu1 = op.metrics(), cluster.apiserver_metrics(), op.cpu_seconds()
+    profile = prof.stop() if prof else None
+    rss_now, rss_peak = op.memory()
+    mine = delta(m1, m0)
+    verbs = by_label(mine, "specserving_api_requests_total", "verb")
+    apiserver = _apiserver_requests(a1, a0)
+    kopf_patches = apiserver.get("PATCH specservings", 0.0)  # kopf's annotations; nobody else patches them
+    operator_writes = sum(v for verb, v in verbs.items() if verb in WRITE_VERBS)
+    out: dict[str, Any] = {
+        "children": summary(_latencies(created, starts)),
+        "ready": summary(_latencies(ready, starts)),
+        "children_makespan": max(created.values()) - times[0],
+        "ready_makespan": max(ready.values()) - times[0],
+        "samples": _samples(times, starts, created, ready),
+        "cpu_seconds": cpu1 - cpu0,
+        "rss_mib": rss_now, "peak_rss_mib": rss_peak,
+        "requests_by_verb": dict(sorted(verbs.items())),
+        "status_writes": total(mine, "specserving_status_writes_total"),
+        "kopf_annotation_patches": kopf_patches,
+        "writes_per_specserving": operator_writes / n,
+        "writes_per_specserving_with_kopf": (operator_writes + kopf_patches) / n,
+        "child_applies_apiserver": sum(v for k, v in apiserver.items()
+                                       if k.startswith("APPLY ") and k.split()[1].split("/")[0] in
+                                       CHILD_RESOURCES.split("|")),
+        "apiserver_requests": apiserver,
+        "reconciles": total(mine, "specserving_reconcile_total"),
+    }
+    if profile:
+        out["profile"] = profile
+    log(f"N={n} operator: children p50 {out['children']['p50']:.3f} s, Ready p50 {out['ready']['p50']:.3f} s, "
+        f"{out['cpu_seconds']:.1f} CPU s, peak RSS {rss_peak:.0f} MiB")
+    cpu_s = op.cpu_seconds()
+    out["scale"] = _scale(cluster, n, ns, rec, s, lambda i, r: ("specserving", W.name(i), r), operator=op)
+    out["scale_cpu_seconds"] = op.cpu_seconds() - cpu_s
+    out["idle"] = idle(cluster, n, rec, op, s)
+    _, out["peak_rss_mib"] = op.memory()
+    return out
+
+
+def idle(cluster: Cluster, n: int, rec: Recorder, op: Operator, s: Settings) -> dict[str, Any]:
+    """Nothing changes for `idle_seconds` while the operator resyncs every SpecServing every few seconds."""
+    wait_until("every SpecServing Ready before the idle window",
+               lambda: all(rec.sps_is_ready(W.name(i)) for i in range(n)), s.timeout(n))
+    time.sleep(min(5.0, s.resync()))  # the last scale-down's pod deletions and events settle
+    log(f"N={n} idle window: {s.idle_seconds:g} s, resync every {s.resync():g} s")
+    m0, a0, cpu0 = op.metrics(), cluster.apiserver_metrics(), op.cpu_seconds()
+    time.sleep(s.idle_seconds)
+    m1, a1, cpu1 = op.metrics(), cluster.apiserver_metrics(), op.cpu_seconds()
+    mine = delta(m1, m0)
+    verbs = by_label(mine, "specserving_api_requests_total", "verb")
+    apiserver = _apiserver_requests(a1, a0)
+    ours = {k: v for k, v in apiserver.items() if k.startswith("APPLY ") or " specservings" in k}
+    return {
+        "seconds": s.idle_seconds, "resync_seconds": s.resync(),
+        "passes": total(mine, "specserving_reconcile_total"),
+        "operator_requests": sum(verbs.values()),
+        "operator_writes": sum(v for verb, v in verbs.items() if verb in WRITE_VERBS),
+        "status_writes": total(mine, "specserving_status_writes_total"),
+        "apiserver_applies_and_specserving_writes": _writes(ours),
+        "apiserver_detail": ours,
+        "cpu_seconds": cpu1 - cpu0,
+    }
+
+
+# -- the webhook --------------------------------------------------------------------------------------------------
+
+
+def _review(obj: dict[str, Any], ns: str) -> dict[str, Any]:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": str(uuid.uuid4()), "kind": {"group": "specserving.io", "version": "v1alpha1", "kind": "SpecServing"},
+        "resource": {"group": "specserving.io", "version": "v1alpha1", "resource": "specservings"},
+        "requestKind": {"group": "specserving.io", "version": "v1alpha1", "kind": "SpecServing"},
+        "requestResource": {"group": "specserving.io", "version": "v1alpha1", "resource": "specservings"},
+        "name": obj["metadata"]["name"], "namespace": ns, "operation": "CREATE",
+        "userInfo": {"username": "specserving-bench"}, "object": obj, "oldObject": None, "dryRun": True,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}}}
+
+
+def webhook(cluster: Cluster, op: Operator, hooked_ns: str, plain_ns: str, s: Settings) -> dict[str, Any]:
+    """Dry-run creates at a fixed rate through the API server, in a namespace the webhook covers and in one it does
+    not, in alternating one-second blocks; and the same rate of AdmissionReviews straight to the webhook."""
+    api = Api(cluster.kubeconfig, maxsize=64)
+    direct = urllib3.PoolManager(maxsize=64, cert_reqs="CERT_NONE", retries=False,
+                                 timeout=urllib3.Timeout(connect=5, read=30))
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    probe = "bench-webhook-probe"
+    bodies = {ns: json.dumps(W.specserving(probe, ns)).encode() for ns in (hooked_ns, plain_ns)}
+
+    def through_apiserver(ns: str) -> tuple[float, int]:
+        t = time.perf_counter()
+        status, _ = api.request("POST", f"{GROUP_PATH}/namespaces/{ns}/specservings", data=bodies[ns],
+                                query={"dryRun": "All"})
+        return time.perf_counter() - t, status
+
+    review_obj = W.specserving(probe, hooked_ns)
+
+    def straight(_: str) -> tuple[float, int]:
+        body = json.dumps(_review(review_obj, hooked_ns)).encode()
+        t = time.perf_counter()
+        r = direct.request("POST", f"{op.webhook_url}/validate-specserving", body=body,
+                           headers={"Content-Type": "application/json"})
+        ok = r.status == 200 and json.loads(r.data)["response"]["allowed"]
+        return time.perf_counter() - t, 200 if ok else r.status
+
+    series = {"webhook": (through_apiserver, hooked_ns), "no_webhook": (through_apiserver, plain_ns),
+              "webhook_direct": (straight, hooked_ns)}
+    results: dict[str, list[tuple[float, int]]] = {k: [] for k in series}
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        for fn, ns in series.values():  # warm up connections (ours, and the API server's to the webhook)
+            list(pool.map(fn, [ns] * 20))
+        m0, a0 = op.metrics(), cluster.apiserver_metrics()
+        prof = Profile(op.pid, s.out_dir / f"profile-webhook-{op.pid}.txt") if s.profile else None
+        blocks = max(1, round(s.webhook_seconds))
+        per_block = max(1, round(s.webhook_rate * s.webhook_seconds / blocks))
+        elapsed: dict[str, float] = {k: 0.0 for k in series}
+        for b in range(blocks):
+            order = list(series) if b % 2 == 0 else list(reversed(series))
+            for key in order:
+                fn, ns = series[key]
+                futures = []
+                start = time.monotonic()
+                for j in range(per_block):
+                    delay = start + j / s.webhook_rate - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
+                    futures.append(pool.submit(fn, ns))
+                results[key] += [f.result() for f in futures]
+                elapsed[key] += time.monotonic() - start
+        m1, a1 = op.metrics(), cluster.apiserver_metrics()
+    out: dict[str, Any] = {"rate": s.webhook_rate, "seconds_each": blocks * per_block / s.webhook_rate}
+    if prof:
+        out["profile"] = prof.stop()
+    for key, samples in results.items():
+        ms = [x * 1000 for x, _ in samples]
+        bad = sum(1 for _, code in samples if code not in (200, 201))
+        out[key] = {"n": len(ms), "errors": bad, "p50_ms": percentile(ms, 50), "p99_ms": percentile(ms, 99),
+                    "max_ms": max(ms), "achieved_rate": len(ms) / elapsed[key] if elapsed[key] else None}
+    mine, theirs = delta(m1, m0), delta(a1, a0)
+    out["handler_p50_ms"] = _ms(histogram_quantile(mine, "specserving_webhook_review_duration_seconds", 0.5))
+    out["handler_p99_ms"] = _ms(histogram_quantile(mine, "specserving_webhook_review_duration_seconds", 0.99))
+    hist = "apiserver_admission_webhook_admission_duration_seconds"
+    out["apiserver_call_p50_ms"] = _ms(histogram_quantile(theirs, hist, 0.5, name=WEBHOOK_NAME))
+    out["apiserver_call_p99_ms"] = _ms(histogram_quantile(theirs, hist, 0.99, name=WEBHOOK_NAME))
+    calls = select(theirs, f"{hist}_bucket", name=WEBHOOK_NAME)
+    le = {dict(k)["le"]: 0.0 for k in calls}
+    for k, v in calls.items():
+        le[dict(k)["le"]] += v
+    out["apiserver_call_buckets"] = dict(sorted(le.items(), key=lambda kv: float(kv[0].replace("+Inf", "inf"))))
+    out["added_p50_ms"] = out["webhook"]["p50_ms"] - out["no_webhook"]["p50_ms"]
+    out["added_p99_ms"] = out["webhook"]["p99_ms"] - out["no_webhook"]["p99_ms"]
+    log(f"webhook at {s.webhook_rate:g}/s: p99 {out['webhook']['p99_ms']:.1f} ms with, "
+        f"{out['no_webhook']['p99_ms']:.1f} ms without, direct {out['webhook_direct']['p99_ms']:.1f} ms")
+    return out
+
+
+def _ms(x: float | None) -> float | None:
+    return None if x is None else x * 1000

@@ -1,0 +1,267 @@
+"""The results page (Markdown tables of every figure and ratio, the targets met or missed) and the latency plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.stats import ratio
+
+KEEP = "<!-- hand-written notes below this line; `make bench` keeps them when it rewrites the page -->"
+
+TARGETS = {
+    "children": 1.2,  # apply -> children created, operator / raw server-side apply
+    "scale": 1.5,  # kubectl scale sps -> new decode pod Running, operator / Deployment scaled directly
+    "rss_mib": 200.0,  # peak RSS with 1,000 SpecServings
+    "webhook_p99_ms": 10.0,  # at 100 requests/s
+}
+
+
+def _f(x: Any, unit: str = "", digits: int = 2) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}{unit}"
+    return f"{x}{unit}"
+
+
+def _r(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def _verbs(d: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.0f}" for k, v in sorted(d.items())) or "none"
+
+
+def rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The figures table: one row per figure, one column per N."""
+    ok = [r for r in results["sizes"] if "error" not in r]
+    header = ["figure"] + [f"N={r['n']}" for r in ok]
+    table: list[list[str]] = []
+
+    def row(label: str, fn: Any) -> None:
+        cells = []
+        for r in ok:
+            try:
+                cells.append(fn(r))
+            except (KeyError, TypeError):
+                cells.append("-")
+        table.append([label, *cells])
+
+    def lat(side: str, what: str) -> Any:
+        return lambda r: " / ".join(_f(r[side][what][k], "", 3) for k in ("p50", "p99", "max"))
+
+    def rat(what: str, k: str) -> Any:
+        return lambda r: _r(ratio(r["operator"][what][k], r["baseline"][what][k]))
+
+    row("apply -> children created, operator: p50 / p99 / max (s)", lat("operator", "children"))
+    row("apply -> children created, raw SSA of `specserving render`: p50 / p99 / max (s)", lat("baseline", "children"))
+    row("ratio operator / raw SSA: p50", rat("children", "p50"))
+    row("ratio operator / raw SSA: p99", rat("children", "p99"))
+    row("all N: first apply -> last child created, operator / raw SSA (s)",
+        lambda r: f"{r['operator']['children_makespan']:.2f} / {r['baseline']['children_makespan']:.2f}")
+    row("ratio, all N", lambda r: _r(ratio(r["operator"]["children_makespan"], r["baseline"]["children_makespan"])))
+    row("apply -> Ready, operator: p50 / p99 / max (s)", lat("operator", "ready"))
+    row("apply -> 3 Deployments available, raw SSA: p50 / p99 / max (s)", lat("baseline", "ready"))
+    row("ratio Ready: p50 / p99", lambda r: f"{_r(ratio(r['operator']['ready']['p50'], r['baseline']['ready']['p50']))}"
+        f" / {_r(ratio(r['operator']['ready']['p99'], r['baseline']['ready']['p99']))}")
+    row("all N: first apply -> last Ready, operator / raw SSA (s)",
+        lambda r: f"{r['operator']['ready_makespan']:.2f} / {r['baseline']['ready_makespan']:.2f}")
+    row("kubectl scale sps 1->2 -> new decode pod Running: p50 / max (s)",
+        lambda r: f"{_f(r['operator']['scale']['p50'], '', 3)} / {_f(r['operator']['scale']['max'], '', 3)}")
+    row("kubectl scale deployment 1->2 (direct): p50 / max (s)",
+        lambda r: f"{_f(r['baseline']['scale']['p50'], '', 3)} / {_f(r['baseline']['scale']['max'], '', 3)}")
+    row("ratio scale: p50 / max", lambda r: f"{_r(ratio(r['operator']['scale']['p50'], r['baseline']['scale']['p50']))}"
+        f" / {_r(ratio(r['operator']['scale']['max'], r['baseline']['scale']['max']))}")
+    row("operator CPU, apply -> all Ready (s)", lambda r: _f(r["operator"]["cpu_seconds"]))
+    row("operator CPU per SpecServing (ms)", lambda r: _f(1000 * r["operator"]["cpu_seconds"] / r["n"], "", 1))
+    row("operator RSS: at start / peak (MiB)",
+        lambda r: f"{r['operator']['rss_start_mib']:.0f} / {r['operator']['peak_rss_mib']:.0f}")
+    row("operator requests, apply -> all Ready, by verb", lambda r: _verbs(r["operator"]["requests_by_verb"]))
+    row("operator writes per SpecServing (its counter: APPLY, PATCH, POST, DELETE)",
+        lambda r: _f(r["operator"]["writes_per_specserving"], "", 1))
+    row("+ kopf's annotation PATCHes per SpecServing (API server count)",
+        lambda r: _f(r["operator"]["kopf_annotation_patches"] / r["n"], "", 1))
+    row("status writes per SpecServing", lambda r: _f(r["operator"]["status_writes"] / r["n"], "", 1))
+    row("child applies seen by the API server (APPLY on child kinds)",
+        lambda r: _f(r["operator"]["child_applies_apiserver"], "", 0))
+    row("idle window (s) / resync every (s) / passes",
+        lambda r: f"{r['operator']['idle']['seconds']:g} / {r['operator']['idle']['resync_seconds']:g} / "
+                  f"{r['operator']['idle']['passes']:.0f}")
+    row("idle: operator requests / writes / status writes",
+        lambda r: f"{r['operator']['idle']['operator_requests']:.0f} / {r['operator']['idle']['operator_writes']:.0f}"
+                  f" / {r['operator']['idle']['status_writes']:.0f}")
+    row("idle: API server APPLYs + SpecServing writes (all clients)",
+        lambda r: _f(r["operator"]["idle"]["apiserver_applies_and_specserving_writes"], "", 0))
+    row("idle: operator CPU (s)", lambda r: _f(r["operator"]["idle"]["cpu_seconds"]))
+
+    def wh(key: str) -> Any:
+        return lambda r: (f"{_f(r['webhook'][key]['p50_ms'], '', 1)} / {_f(r['webhook'][key]['p99_ms'], '', 1)} / "
+                          f"{_f(r['webhook'][key]['max_ms'], '', 1)} ({r['webhook'][key]['n']} req, "
+                          f"{_f(r['webhook'][key]['achieved_rate'], '/s', 0)}, {r['webhook'][key]['errors']} errors)")
+
+    row("dry-run create through the webhook: p50 / p99 / max (ms)", wh("webhook"))
+    row("dry-run create, namespace without the webhook: p50 / p99 / max (ms)", wh("no_webhook"))
+    row("webhook adds: p50 / p99 (ms)",
+        lambda r: f"{r['webhook']['added_p50_ms']:.1f} / {r['webhook']['added_p99_ms']:.1f}")
+    row("ratio with / without webhook: p50 / p99",
+        lambda r: f"{_r(ratio(r['webhook']['webhook']['p50_ms'], r['webhook']['no_webhook']['p50_ms']))} / "
+                  f"{_r(ratio(r['webhook']['webhook']['p99_ms'], r['webhook']['no_webhook']['p99_ms']))}")
+    row("AdmissionReview straight to the webhook (HTTPS): p50 / p99 / max (ms)", wh("webhook_direct"))
+    row("webhook handler's own time (its histogram): p50 / p99 (ms)",
+        lambda r: f"{_f(r['webhook']['handler_p50_ms'], '', 2)} / {_f(r['webhook']['handler_p99_ms'], '', 2)}")
+    row("API server's call to the webhook (its histogram, coarse buckets): p50 / p99 (ms)",
+        lambda r: f"{_f(r['webhook']['apiserver_call_p50_ms'], '', 1)} / "
+                  f"{_f(r['webhook']['apiserver_call_p99_ms'], '', 1)}")
+    row("operator log lines with ERROR or Traceback", lambda r: str(r["operator"]["log_errors"]))
+    row("wall time for this N (s)", lambda r: _f(r["seconds"], "", 0))
+    return header, table
+
+
+def targets(results: dict[str, Any]) -> list[list[str]]:
+    ok = [r for r in results["sizes"] if "error" not in r]
+    out: list[list[str]] = []
+
+    def verdict(good: bool | None) -> str:
+        return "-" if good is None else ("met" if good else "**missed**")
+
+    for r in ok:
+        o, b = r["operator"], r["baseline"]
+        rs = [ratio(o["children"]["p50"], b["children"]["p50"]), ratio(o["children"]["p99"], b["children"]["p99"]),
+              ratio(o["children_makespan"], b["children_makespan"])]
+        good = None if None in rs else all(x <= TARGETS["children"] for x in rs)  # type: ignore[operator]
+        out.append([f"apply -> children created within 1.2x of raw SSA (N={r['n']})",
+                    f"p50 {_r(rs[0])}, p99 {_r(rs[1])}, all N {_r(rs[2])}", verdict(good)])
+    for r in ok:
+        x = ratio(r["operator"]["scale"]["p50"], r["baseline"]["scale"]["p50"])
+        out.append([f"kubectl scale -> new decode pods Running within 1.5x of scaling the Deployment (N={r['n']})",
+                    f"p50 {_r(x)} ({r['operator']['scale']['p50']:.2f} s vs {r['baseline']['scale']['p50']:.2f} s)",
+                    verdict(None if x is None else x <= TARGETS["scale"])])
+    for r in ok:
+        i = r["operator"]["idle"]
+        out.append([f"zero writes on an idle resync (N={r['n']}, {i['seconds']:g} s, {i['passes']:.0f} passes)",
+                    f"operator {i['operator_writes']:.0f}, API server {i['apiserver_applies_and_specserving_writes']:.0f}",
+                    verdict(i["operator_writes"] == 0 and i["apiserver_applies_and_specserving_writes"] == 0)])
+    big = [r for r in ok if r["n"] >= 1000]
+    if big:
+        r = big[-1]
+        out.append([f"at most 200 MiB RSS with 1,000 SpecServings (N={r['n']})",
+                    f"peak {r['operator']['peak_rss_mib']:.0f} MiB ({r['operator']['peak_rss_mib'] / 200:.2f}x)",
+                    verdict(r["operator"]["peak_rss_mib"] <= TARGETS["rss_mib"])])
+    elif ok:
+        r = ok[-1]
+        out.append(["at most 200 MiB RSS with 1,000 SpecServings",
+                    f"not measured at N=1000; peak {r['operator']['peak_rss_mib']:.0f} MiB at N={r['n']}", "-"])
+    for r in ok:
+        w = r["webhook"]
+        out.append([f"webhook p99 at most 10 ms at {w['rate']:g} requests/s (N={r['n']})",
+                    f"added p99 {w['added_p99_ms']:.1f} ms ({w['added_p99_ms'] / 10:.2f}x); straight to the webhook "
+                    f"p99 {w['webhook_direct']['p99_ms']:.1f} ms",
+                    verdict(w["added_p99_ms"] <= TARGETS["webhook_p99_ms"])])
+    return out
+
+
+def markdown_table(header: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+METHOD = """\
+`make bench` (`python -m bench --sizes 1,100,1000`) starts its own local control plane (`hack/cluster.sh up`,
+cluster `specserving-bench`, 2N+2 fake 8-GPU nodes from kwok, which also plays the containers), and for each N:
+
+1. **Baseline**: `specserving render` of N SpecServings (in process; checked byte-equal with the CLI on one
+   object) applied with one `kubectl apply --server-side -f` in namespace `bench-base-N`; then `kubectl scale
+   deployment/...-decode --replicas=2` on a few of them, one at a time. Its Deployments are then deleted to free
+   the nodes.
+2. **Webhook**: `specserving run --namespace bench-op-N` starts with the validating webhook in self mode (its
+   configuration limited to `bench-op-N`). Server-side dry-run creates of the same SpecServing go through the
+   API server at a fixed rate, in `bench-op-N` (the API server calls the webhook) and in `bench-base-N` (no
+   webhook), in alternating one-second blocks; a third series posts AdmissionReviews straight to the webhook.
+3. **Operator**: N SpecServings (the seed example with 1 prefill and 1 decode replica: two whole GPU nodes each)
+   in one `kubectl apply --server-side -f`, then `kubectl scale sps/... --replicas=2` on as many as the baseline
+   scaled, then an idle window in which the operator resyncs every SpecServing several times.
+
+Timing is the same on both sides. kubectl prints one line per object as it applies them; a marker ConfigMap goes
+first, so "apply" of object i starts when the line before it arrives. "Children created" is the arrival, at the
+bench's own watches, of the last of the object's 11 children; "Ready" is the SpecServing's Ready condition for
+its generation (baseline: its three Deployments available at once); "scale" runs from starting `kubectl scale`
+to the second decode pod Running and Ready. Operator CPU and peak RSS (VmHWM) come from /proc; its requests
+from its own `specserving_api_requests_total` (which excludes kopf's watches and kopf's own annotation PATCHes,
+counted apart from the API server's `apiserver_request_total`, which has no user-agent label, so API server
+figures are for all clients). kwok plays the pods, so the times are the operator's and the control plane's,
+not a model's load. The machine is shared with other jobs; both sides ran in the same run, one after the other.
+"""
+
+
+def write(results: dict[str, Any], md: Path, png: Path) -> str:
+    header, body = rows(results)
+    figures = markdown_table(header, body)
+    target_table = markdown_table(["target", "measured", "verdict"], targets(results))
+    m = results["machine"]
+    env = (f"{m['nproc']} CPUs ({m['cpu']}), {m['memory_gib']} GiB memory, load average {m['loadavg_start']:.1f} at "
+           f"the start and {m.get('loadavg_end', 0):.1f} at the end; Kubernetes {m.get('kubernetes', '?')} "
+           f"(kube-apiserver, etcd, kwok from hack/cluster.sh), Python {m['python']}, kopf {m['kopf']}, kernel "
+           f"{m['kernel']}")
+    failed = [r for r in results["sizes"] if "error" in r]
+    st = results["settings"]
+    text = [
+        "# Benchmarks", "",
+        f"Measured {results['started']} in {results['seconds'] / 60:.0f} min on {env}.", "",
+        f"Settings: sizes {', '.join(map(str, st['sizes']))}; idle window {st['idle_seconds']:g} s with a resync "
+        f"every {st['resync_seconds']:g} s; {st['scale_samples']} scale samples per side; webhook "
+        f"{st['webhook_rate']:g} requests/s for {st['webhook_seconds']:g} s per series; {st['nodes']} fake nodes.", "",
+        "## Targets", "", target_table, "",
+        "## Every figure", "", figures, "",
+        f"![apply latency against N]({png.name})", "",
+    ]
+    if failed:
+        text += ["## Sizes that did not finish", ""] + [f"- N={r['n']}: `{r['error']}`" for r in failed] + [""]
+    text += ["## Method", "", METHOD]
+    kept = ""
+    if md.exists():
+        old = md.read_text()
+        if KEEP in old:
+            kept = old.split(KEEP, 1)[1]
+    md.parent.mkdir(parents=True, exist_ok=True)
+    md.write_text("\n".join(text) + "\n" + KEEP + (kept if kept else "\n"))
+    plot(results, png)
+    return "\n".join(["Targets:", target_table, "", "Figures:", figures])
+
+
+def plot(results: dict[str, Any], png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    ok = [r for r in results["sizes"] if "error" not in r]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, what, title in ((axes[0], "children", "apply -> children created"), (axes[1], "ready", "apply -> Ready")):
+        ns = [r["n"] for r in ok]
+        if not ns:
+            ax.text(0.5, 0.5, "no size finished", ha="center", va="center", transform=ax.transAxes)
+            continue
+        for side, label, color in (("operator", "operator", "tab:blue"),
+                                   ("baseline", "raw SSA of rendered children", "tab:orange")):
+            for q, style in (("p50", "-"), ("p99", "--")):
+                ys = [r[side][what][q] for r in ok]
+                ax.plot(ns, ys, style, marker="o", color=color, label=f"{label} {q}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.set_xlabel("SpecServings applied at once (N)")
+        ax.set_ylabel("seconds")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("SpecServing operator vs server-side apply of the same manifests (local control plane, kwok)",
+                 fontsize=10)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)

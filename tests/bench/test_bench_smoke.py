@@ -1,0 +1,114 @@
+"""The bench end to end at N=5 with a few-second idle window: every figure is produced (not how fast it is).
+
+It runs `python -m bench` as `make bench` does, on its own control plane (cluster specserving-bench-smoke-<pid>,
+started and stopped by the bench, 12 fake GPU nodes), and writes everything to a temporary folder, never docs/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1200)]
+
+REPO = Path(__file__).resolve().parents[2]
+N = 5
+
+
+DOCS = [REPO / "docs" / "benchmarks.md", REPO / "docs" / "benchmarks-latency.png"]
+PREFIX = "specserving-bench-smoke-"
+
+
+def _mtimes() -> list[float | None]:
+    return [p.stat().st_mtime if p.exists() else None for p in DOCS]
+
+
+BEFORE = _mtimes()
+
+
+def docs_untouched() -> bool:
+    return _mtimes() == BEFORE
+
+
+def _stop_orphans() -> None:
+    """Smoke clusters whose test process is gone (a killed run)."""
+    cache = Path(os.environ.get("SPECSERVING_CACHE", Path.home() / ".cache" / "specserving"))
+    workdir = Path(os.environ.get("SPECSERVING_KWOK_WORKDIR", cache / "kwok"))
+    for d in sorted((workdir / "clusters").glob(f"{PREFIX}*")):
+        pid = d.name.removeprefix(PREFIX)
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            subprocess.run(["bash", str(REPO / "hack" / "cluster.sh"), "down"], text=True, capture_output=True,
+                           env={**os.environ, "SPECSERVING_CLUSTER_NAME": d.name}, timeout=300, check=False)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    _stop_orphans()
+    out = tmp_path_factory.mktemp("bench")
+    cmd = [sys.executable, "-m", "bench", "--sizes", str(N), "--idle-seconds", "3", "--scale-samples", "2",
+           "--webhook-rate", "20", "--webhook-seconds", "2",
+           "--cluster-name", f"{PREFIX}{os.getpid()}",
+           "--out-md", str(out / "benchmarks.md"), "--out-png", str(out / "benchmarks-latency.png"),
+           "--out-json", str(out / "results.json"), "--work-dir", str(out / "work")]
+    proc = subprocess.run(cmd, cwd=REPO, text=True, capture_output=True, timeout=1100, check=False)
+    return proc, out
+
+
+def _numbers(obj: Any, path: str) -> None:
+    """Every leaf the report reads is a number (a figure that was not measured would be None)."""
+    assert obj is not None, f"{path} is missing"
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _numbers(v, f"{path}.{k}")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            _numbers(v, f"{path}[{i}]")
+
+
+def test_bench_runs_and_reports_every_figure(run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    proc, out = run
+    assert proc.returncode == 0, f"python -m bench exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    results = json.loads((out / "results.json").read_text())
+    (size,) = results["sizes"]
+    assert size["n"] == N and "error" not in size, size
+    op, base, wh = size["operator"], size["baseline"], size["webhook"]
+    for side in (op, base):
+        for what in ("children", "ready"):
+            assert side[what]["n"] == N
+            _numbers({k: side[what][k] for k in ("p50", "p99", "max")}, what)
+        _numbers([side["children_makespan"], side["ready_makespan"], side["scale"]["p50"], side["scale"]["max"]],
+                 "makespans and scale")
+        assert side["scale"]["n"] == 2
+    assert op["cpu_seconds"] > 0 and op["peak_rss_mib"] > 0 and op["rss_start_mib"] > 0
+    assert op["requests_by_verb"].get("APPLY", 0) >= 11 * N, op["requests_by_verb"]
+    assert op["writes_per_specserving"] >= 11 and op["child_applies_apiserver"] >= 11 * N
+    assert base["apiserver_requests"], "the API server's request counts were read"
+    idle = op["idle"]
+    _numbers({k: idle[k] for k in ("passes", "operator_requests", "operator_writes", "status_writes",
+                                   "apiserver_applies_and_specserving_writes", "cpu_seconds")}, "idle")
+    assert idle["seconds"] == 3 and idle["passes"] >= N, idle
+    for series in ("webhook", "no_webhook", "webhook_direct"):
+        assert wh[series]["n"] >= 20 and wh[series]["errors"] == 0, wh[series]
+        _numbers({k: wh[series][k] for k in ("p50_ms", "p99_ms", "max_ms", "achieved_rate")}, series)
+    _numbers({k: wh[k] for k in ("added_p50_ms", "added_p99_ms", "handler_p50_ms", "handler_p99_ms",
+                                 "apiserver_call_p99_ms")}, "webhook")
+    assert op["log_errors"] == 0
+    for k in ("nproc", "memory_gib", "kubernetes", "python", "kopf"):
+        assert results["machine"][k], k
+
+    md = (out / "benchmarks.md").read_text()
+    for words in ("## Targets", "within 1.2x of raw SSA", "within 1.5x of scaling the Deployment",
+                  "zero writes on an idle resync", "200 MiB RSS", "webhook p99", "## Every figure", f"N={N}",
+                  "benchmarks-latency.png", "Kubernetes v1."):
+        assert words in md, words
+    figures = md.split("## Every figure")[1].split("## Method")[0]
+    assert "| - |" not in figures, f"a figure is missing in the table:\n{figures}"
+    assert (out / "benchmarks-latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "Targets:" in proc.stdout, "the table is printed"
+    assert docs_untouched(), "the smoke run wrote to docs/"
