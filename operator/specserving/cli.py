@@ -103,7 +103,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                    context=args.context, liveness=args.liveness, metrics_port=args.metrics_port,
                    metrics_address=args.metrics_address, peering=args.peering, priority=args.priority,
                    resync_seconds=args.resync_seconds, probe_load=args.probe_load, verbose=args.verbose,
-                   debug=args.debug, webhook=webhook)
+                   debug=args.debug, webhook=webhook, build_registry=args.build_registry,
+                   build_push_secret=args.build_push_secret, buildkit_image=args.buildkit_image,
+                   build_context=args.build_context)
     try:
         return run(opts)
     except StartupError as exc:
@@ -152,6 +154,20 @@ def _add_run(sub: Any) -> None:
                         "none: another owner (the Helm chart) manages it (default %(default)s)")
     w.add_argument("--webhook-configuration-name", default="specserving-validating", metavar="NAME",
                    help="name of the ValidatingWebhookConfiguration in self mode (default %(default)s)")
+    from specserving.imagebuild.job import DEFAULT_BUILDKIT_IMAGE
+
+    b = p.add_argument_group("image builds")
+    b.add_argument("--build-registry", metavar="REPO",
+                   help="default repository the fixed serving image is pushed to, e.g. registry.example.com/ml "
+                        "(a SpecServing's spec.image.build.registry overrides it; default: none)")
+    b.add_argument("--build-push-secret", metavar="NAME",
+                   help="default dockerconfigjson Secret, in each SpecServing's namespace, that build Jobs push "
+                        "with (spec.image.build.pushSecretRef overrides it); mounted by name, never read")
+    b.add_argument("--buildkit-image", metavar="IMAGE", default=DEFAULT_BUILDKIT_IMAGE,
+                   help="rootless BuildKit image of build Jobs; pin a digest (default %(default)s)")
+    b.add_argument("--build-context", metavar="DIR",
+                   help="the images/sglang-pd build context (default: $SPECSERVING_BUILD_CONTEXT, the operator "
+                        "image's /opt/specserving/sglang-pd, or this checkout's)")
     p.add_argument("-v", "--verbose", action="store_true", help="log more")
     p.add_argument("--debug", action="store_true", help="log everything, kopf's internals included")
     p.set_defaults(func=cmd_run)

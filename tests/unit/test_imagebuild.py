@@ -11,7 +11,7 @@ import yaml
 from specserving.api.loading import spec_of
 from specserving.capabilities import load
 from specserving.imagebuild import context as ctx
-from specserving.imagebuild.job import build_objects, digest_from_message
+from specserving.imagebuild.job import build_objects, digest_from_message, owned_by
 from specserving.imagebuild.planning import BUILD, CANNOT_SERVE, NOT_NEEDED, plan
 
 from .builders import ROOT, seed
@@ -86,6 +86,17 @@ def test_context_paths_survive_the_configmap() -> None:
     cm, job = build_objects(p, ctx.load(FIXTURE_CONTEXT), namespace="serving", push_secret=None)
     items = job["spec"]["template"]["spec"]["volumes"][0]["configMap"]["items"]
     assert {i["path"]: cm["data"][i["key"]] for i in items} == ctx.load(FIXTURE_CONTEXT).files
+
+
+def test_the_context_configmap_goes_with_its_job() -> None:
+    p = _plan(**{"spec.image.base": "lmsysorg/sglang:v0.5.16-cu129"})
+    cm, job = build_objects(p, ctx.load(FIXTURE_CONTEXT), namespace="serving", push_secret=None)
+    assert "ownerReferences" not in job["metadata"], "the Job is shared: no SpecServing owns it"
+    created = {**job, "metadata": {**job["metadata"], "uid": "job-uid"}}
+    owned = owned_by(cm, created)
+    assert owned["metadata"]["ownerReferences"] == [{"apiVersion": "batch/v1", "kind": "Job", "name": p.build_name,
+                                                     "uid": "job-uid"}]
+    assert "ownerReferences" not in cm["metadata"] and owned["data"] == cm["data"]
 
 
 def test_the_real_context_loads_and_fits() -> None:

@@ -120,6 +120,18 @@ def build_objects(plan: ImagePlan, context: BuildContext, *, namespace: str, pus
     return json.loads(json.dumps([config_map, job]))  # unshared dicts: callers mutate and serialise these
 
 
+def owned_by(config_map: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
+    """The context ConfigMap with an ownerReference to its build Job (as the API server returned it, with a uid),
+    so the garbage collector removes it when the Job's TTL removes the Job. Not a controller reference, and no
+    blockOwnerDeletion: nothing waits on it."""
+    meta = job["metadata"]
+    ref = {"apiVersion": job.get("apiVersion", "batch/v1"), "kind": job.get("kind", "Job"), "name": meta["name"],
+           "uid": meta["uid"]}
+    out: dict[str, Any] = json.loads(json.dumps(config_map))
+    out["metadata"]["ownerReferences"] = [ref]
+    return out
+
+
 def digest_from_message(message: str | None) -> str | None:
     """The image digest a successful build wrote to its termination message."""
     text = (message or "").strip()

@@ -1,4 +1,5 @@
-"""The converge loop of one SpecServing: plan, apply what drifted, prune what is no longer rendered, write status.
+"""The converge loop of one SpecServing: plan, resolve the image (starting its build if needed), apply what
+drifted, prune what is no longer rendered, write status.
 
 Level-based: `converge` reads the latest SpecServing and what the watches saw (kopf indexes, in memory), so the
 same function serves the create/update/resume handler, child and pod events, and the periodic resync. Work for one
@@ -21,6 +22,8 @@ from typing import Any
 
 from specserving import API_VERSION, KIND, PLURAL
 from specserving.api.naming import child_name
+from specserving.imagebuild.job import build_objects, owned_by
+from specserving.imagebuild.planning import BUILD
 from specserving.kube import ApiError, Kube, Resource
 from specserving.metrics import APPLIED, BLOCKED, ERROR, REJECTED, Metrics
 from specserving.reconcile import conditions as C
@@ -28,9 +31,10 @@ from specserving.reconcile import costs
 from specserving.reconcile import reasons as R
 from specserving.reconcile import status as S
 from specserving.reconcile.drift import needs_apply, prunable
+from specserving.reconcile.image import BuildConfig, ImageVerdict, remembered, resolve
 from specserving.reconcile.kinds import CHILD_KINDS, ChildKind, kind_of
 from specserving.reconcile.observed import DELETION_COST, Child, ChildRef, Pod, Workload, ref_of
-from specserving.reconcile.plan import Plan, make_plan
+from specserving.reconcile.plan import Plan, make_plan, missing_builder
 from specserving.rendering import labels as L
 
 log = logging.getLogger("specserving.reconcile")
@@ -42,6 +46,8 @@ PODS = Resource("v1", "Pod", "pods", True)
 # kopf index ids: handlers register them, the controller reads them.
 OWNER_INDEX = "specservings_by_name"
 POD_INDEX = "pods_by_instance"
+BUILD_JOB_INDEX = "build_jobs_by_key"  # (namespace, build key) -> BuildJob
+BUILD_POD_INDEX = "build_pods_by_key"  # (namespace, build key) -> BuildPod
 
 
 def child_index(kind: ChildKind) -> str:
@@ -54,6 +60,8 @@ MAX_BACKOFF_SECONDS = 60.0
 LOAD_PROBE_TIMEOUT = 1.0
 LOAD_PROBE_PODS = 32
 COST_SETTLE_SECONDS = 2.0
+# A build Job this process created is not created again while the watch has not shown it yet.
+BUILD_SETTLE_SECONDS = 30.0
 
 
 class Rejected(Exception):
@@ -104,10 +112,13 @@ class Controller:
     """Converges SpecServings. One per operator process; kopf handlers call into it."""
 
     def __init__(self, kube: Kube, metrics: Metrics, *, probe_load: bool = True,
-                 clock: Callable[[], str] = _now) -> None:
+                 clock: Callable[[], str] = _now, build: BuildConfig | None = None) -> None:
         self.kube, self.metrics, self.probe_load, self.clock = kube, metrics, probe_load, clock
+        self.build = build or BuildConfig()
         self.indices: Mapping[str, Any] = {}
         self.owners: dict[Key, OwnerState] = {}
+        # Build Jobs this process created, (namespace, name) -> monotonic time, until the watch shows them.
+        self.started: dict[Key, float] = {}
 
     # -- what the watches saw -------------------------------------------------------------------------------
 
@@ -132,6 +143,10 @@ class Controller:
     def known(self) -> list[Key]:
         index = self.indices.get(OWNER_INDEX)
         return list(index) if index is not None else []
+
+    def build_job(self, namespace: str, build_key: str) -> Any:
+        found = self._store(BUILD_JOB_INDEX, (namespace, build_key))
+        return found[0] if found else None
 
     # -- entry points -----------------------------------------------------------------------------------------
 
@@ -183,6 +198,15 @@ class Controller:
             st.retry.cancel()
         st.retry = asyncio.get_running_loop().call_later(delay, self.poke, key)
 
+    def build_event(self, namespace: str, build_key: str, name: str, deleted: bool = False) -> None:
+        """A build Job or its pod changed: converge every SpecServing waiting on (or built by) that build."""
+        if deleted:
+            self.started.pop((namespace, name), None)
+        for key, st in list(self.owners.items()):
+            ip = st.plan.image_plan if st.plan is not None else None
+            if key[0] == namespace and ip is not None and ip.build_key == build_key:
+                self.poke(key)
+
     def child_event(self, key: Key, ref: ChildRef, deleted: bool) -> None:
         if deleted:
             self.state(key).applied.pop(ref, None)
@@ -230,18 +254,28 @@ class Controller:
             if st.plan is not None and st.plan.uid != uid:
                 st.applied.clear()
                 st.posted.clear()
-            st.plan = await asyncio.to_thread(make_plan, body)
+            st.plan = await asyncio.to_thread(make_plan, body, self.build)
         plan = st.plan
         outcome = S.Outcome(admitted=plan.admitted, errors=plan.errors, warnings=plan.warnings)
         problem: Exception | None = None
+        verdict: ImageVerdict | None = None
         if not plan.admitted:
             problem = Rejected("; ".join(plan.errors))
-        elif plan.unrunnable:
-            problem = Blocked(R.IMAGE_LACKS_BUILDER, plan.unrunnable, retry=None)
         else:
             try:
-                await self._check_kinds(plan.children)
-                await self._apply(key, st, body, plan)
+                verdict = await self._image(key, st, body, plan)
+                outcome = S.Outcome(admitted=True, warnings=plan.warnings, image=verdict)
+                if verdict.failed:
+                    retry = APPLY_RETRY_SECONDS if verdict.reason == R.APPLY_FAILED else None
+                    problem = Blocked(verdict.reason, verdict.message, retry=retry)
+                elif verdict.image is not None:  # None: building; no pool starts before the image is proven
+                    assert plan.spec is not None
+                    unrunnable = missing_builder(plan.spec, verdict.image, self.build.table)
+                    if unrunnable:
+                        raise Blocked(R.IMAGE_LACKS_BUILDER, unrunnable, retry=None)
+                    children = plan.children_for(verdict.image)
+                    await self._check_kinds(children)
+                    await self._apply(key, st, body, plan, children)
             except Blocked as exc:
                 problem = exc
             except ApiError as exc:
@@ -251,7 +285,7 @@ class Controller:
                 await self._event(body, R.CHILD_APPLY_FAILED, str(exc))
         if isinstance(problem, Blocked):
             outcome = S.Outcome(admitted=True, warnings=plan.warnings, blocked_reason=problem.reason,
-                                blocked_message=problem.message)
+                                blocked_message=problem.message, image=verdict)
         await self._report(key, st, body, plan, outcome)
         if problem is not None:
             raise problem
@@ -267,11 +301,12 @@ class Controller:
         if missing:
             raise Blocked(R.DEPENDENCY_MISSING, "; ".join(missing), retry=DEPENDENCY_RETRY_SECONDS)
 
-    async def _apply(self, key: Key, st: OwnerState, body: dict[str, Any], plan: Plan) -> None:
+    async def _apply(self, key: Key, st: OwnerState, body: dict[str, Any], plan: Plan,
+                     rendered: tuple[dict[str, Any], ...]) -> None:
         observed = self.children(key)
         await self._prepare_scale_down(key, body, plan, observed)
         created, repaired = [], []
-        for desired in plan.children:
+        for desired in rendered:
             ref, dig = ref_of(desired), digest(desired)
             seen, mine = observed.get(ref), st.applied.get(ref)
             if mine is not None and mine.digest == dig and (seen is None or seen.resource_version ==
@@ -300,7 +335,7 @@ class Controller:
             else:
                 await self._event(body, R.DRIFT_REPAIRED, "restored children changed or deleted outside the "
                                   f"operator: {names}")
-        for child in prunable(plan.children, observed.values(), plan.uid):
+        for child in prunable(rendered, observed.values(), plan.uid):
             row = kind_of({"apiVersion": child.api_version, "kind": child.ref.kind})
             res = await asyncio.to_thread(self.kube.resource, child.api_version, child.ref.kind)
             if res is None:
@@ -309,6 +344,59 @@ class Controller:
             st.applied.pop(child.ref, None)
             await self._event(body, R.CHILD_PRUNED, f"deleted {child.ref} ({row.kind} no longer rendered by "
                               f"generation {plan.generation})")
+
+    # -- the image: base, build in progress, or built -----------------------------------------------------------
+
+    async def _image(self, key: Key, st: OwnerState, body: dict[str, Any], plan: Plan) -> ImageVerdict:
+        """Resolve the image of an admitted plan; create the build Job when one is needed and none exists."""
+        ip = plan.image_plan
+        assert ip is not None
+        namespace = key[0]
+        if ip.decision != BUILD or not ip.build_key or not ip.build_name:
+            return resolve(ip, self.build.table)
+        mine = self._old_status(st, body)
+        others = (b.get("status") for k in self.known() if k[0] == namespace and k != key
+                  if (b := self.owner(k)) is not None)
+        verdict = resolve(ip, self.build.table, remembered_ref=remembered([mine, *others], ip),
+                          job=self.build_job(namespace, ip.build_key),
+                          pods=self._store(BUILD_POD_INDEX, (namespace, ip.build_key)))
+        if not verdict.start_build:
+            return verdict
+        since = self.started.get((namespace, ip.build_name))
+        if since is not None and time.monotonic() - since < BUILD_SETTLE_SECONDS:
+            return verdict  # created by this process a moment ago; the watch has not shown it yet
+        try:
+            await self._start_build(namespace, body, plan)
+        except ApiError as exc:
+            if exc.status in (0, 409, 429) or exc.status >= 500:
+                raise
+            await self._event(body, R.CHILD_APPLY_FAILED, f"cannot create the build Job {ip.build_name}: {exc}")
+            return ImageVerdict(C.FALSE, R.APPLY_FAILED, f"cannot create the build Job {ip.build_name}: {exc}; "
+                                "no pool is started", status_image=verdict.status_image)
+        return verdict
+
+    async def _start_build(self, namespace: str, body: dict[str, Any], plan: Plan) -> None:
+        """Create the shared build Job, then its context ConfigMap owned by the Job (the Job's TTL takes both).
+        Neither is owned by a SpecServing: every SpecServing on the same base waits on the same Job."""
+        ip, spec = plan.image_plan, plan.spec
+        assert ip is not None and spec is not None and ip.build_name
+        if self.build.context is None:
+            raise Blocked(R.BUILD_FAILED, "the operator was started without a build context", retry=None)
+        ref = spec.image.build.push_secret_ref
+        config_map, job = build_objects(ip, self.build.context, namespace=namespace,
+                                        push_secret=ref.name if ref else self.build.push_secret,
+                                        settings=self.build.settings)
+        jobs = await asyncio.to_thread(self.kube.resource, "batch/v1", "Job")
+        config_maps = await asyncio.to_thread(self.kube.resource, "v1", "ConfigMap")
+        assert jobs is not None and config_maps is not None  # built-in kinds
+        created = await asyncio.to_thread(self.kube.apply, jobs, job)
+        await asyncio.to_thread(self.kube.apply, config_maps, owned_by(config_map, created))
+        self.started[(namespace, ip.build_name)] = time.monotonic()
+        self.metrics.child_applies.labels("Job", "changed").inc()
+        log.info("%s/%s: started build Job %s: %s -> %s", namespace, body["metadata"]["name"], ip.build_name,
+                 ip.base, ip.target)
+        await self._event(body, R.BUILD_STARTED, f"created build Job {ip.build_name}: {ip.base} -> {ip.target} "
+                          f"(the probe requires a PD-decode builder for {ip.algorithm})")
 
     # -- scale-down: which decode pod goes first ------------------------------------------------------------------
 
@@ -383,7 +471,8 @@ class Controller:
         workloads = self._workloads(key)
         obs = S.Observation(
             name=key[1], namespace=key[0], generation=plan.generation, outcome=outcome, desired=plan.desired(),
-            workloads=workloads, pods=self.pods(key), image=plan.image_status(), old=old,
+            workloads=workloads, pods=self.pods(key), old=old,
+            image=outcome.image.status_image if outcome.image is not None else plan.image_status(),
             router_port=plan.spec.router.port if plan.spec else None)
         new = S.compute(obs, self.clock())
         patch = S.patch_for(old, new)

@@ -4,6 +4,9 @@
   (nothing a retry can fix), a missing CRD a TemporaryError (install it and the next retry proceeds).
 - Every child kind and pool pods, filtered by the specserving.io/instance label: an index (in memory, so status
   and drift checks never ask the API) and an event handler that pokes the owner.
+- Build Jobs and their pods, filtered by the specserving.io/build label: an index keyed by (namespace, build key)
+  and an event handler that pokes every SpecServing waiting on that build. The pod watch is filtered in the API
+  server by app.kubernetes.io/managed-by (pool pods and build pods both carry it), then by label here.
 - kopf's own bookkeeping goes to annotations under operator.specserving.io/, never into .status.
 - No deletion handler and no daemon or timer, so kopf adds no finalizer: owner references let the garbage
   collector remove the children (docs/operator.md explains why that is enough).
@@ -18,13 +21,18 @@ from typing import Any
 import kopf
 
 from specserving import GROUP, PLURAL, VERSION
-from specserving.reconcile.controller import OWNER_INDEX, POD_INDEX, Blocked, Controller, Rejected, child_index
+from specserving.imagebuild.job import BUILD_LABEL
+from specserving.reconcile.controller import (BUILD_JOB_INDEX, BUILD_POD_INDEX, OWNER_INDEX, POD_INDEX, Blocked,
+                                              Controller, Rejected, child_index)
+from specserving.reconcile.image import build_job_of, build_pod_of
 from specserving.reconcile.kinds import CHILD_KINDS, ChildKind
 from specserving.reconcile.observed import child_of, pod_of, ref_of
 from specserving.rendering import labels as L
 
 PREFIX = "operator.specserving.io"
 OWNED = {L.INSTANCE: kopf.PRESENT}
+BUILDS = {BUILD_LABEL: kopf.PRESENT}
+MANAGED = f"app.kubernetes.io/managed-by={L.FIELD_MANAGER}"
 log = logging.getLogger("specserving.handlers")
 
 
@@ -40,10 +48,11 @@ def build_registry(controller: Controller, *, resync_seconds: float = 600.0) -> 
             prefix=PREFIX, key="last-handled-configuration")
         settings.persistence.finalizer = f"{PREFIX}/finalizer"
         settings.posting.enabled = False  # the controller posts its own events, with CamelCase reasons
-        # Watch only our children and pool pods: the label filter runs in the API server, not here.
+        # Watch only our children, our pods (pool and build) and build Jobs: the filter runs in the API server.
         for kind in CHILD_KINDS:
             settings.watching.label_selectors[kind.group, kind.version, kind.plural] = L.INSTANCE
-        settings.watching.label_selectors["", "v1", "pods"] = L.INSTANCE
+        settings.watching.label_selectors["", "v1", "pods"] = MANAGED
+        settings.watching.label_selectors["batch", "v1", "jobs"] = BUILD_LABEL
         controller.indices = {k: v for k, v in kwargs.items() if isinstance(v, kopf.Index)}
         log.debug("indexes: %s", ", ".join(sorted(controller.indices)))
         if resync_seconds > 0:
@@ -94,6 +103,25 @@ def build_registry(controller: Controller, *, resync_seconds: float = 600.0) -> 
     @kopf.on.event("", "v1", "pods", id="pods", labels=OWNED, registry=reg)
     async def pod_event(*, namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
         controller.poke((namespace or "", labels[L.INSTANCE]))
+
+    @kopf.index("batch", "v1", "jobs", id=BUILD_JOB_INDEX, labels=BUILDS, registry=reg)
+    async def index_build_job(*, namespace: str | None, labels: kopf.Labels, body: kopf.Body,
+                              **_: Any) -> dict[Any, Any]:
+        return {(namespace or "", labels[BUILD_LABEL]): build_job_of(dict(body))}
+
+    @kopf.on.event("batch", "v1", "jobs", id="build-jobs", labels=BUILDS, registry=reg)
+    async def build_job_event(*, type: str, namespace: str | None, name: str, labels: kopf.Labels,  # noqa: A002
+                              **_: Any) -> None:
+        controller.build_event(namespace or "", labels[BUILD_LABEL], name, deleted=type == "DELETED")
+
+    @kopf.index("", "v1", "pods", id=BUILD_POD_INDEX, labels=BUILDS, registry=reg)
+    async def index_build_pod(*, namespace: str | None, labels: kopf.Labels, body: kopf.Body,
+                              **_: Any) -> dict[Any, Any]:
+        return {(namespace or "", labels[BUILD_LABEL]): build_pod_of(dict(body))}
+
+    @kopf.on.event("", "v1", "pods", id="build-pods", labels=BUILDS, registry=reg)
+    async def build_pod_event(*, namespace: str | None, name: str, labels: kopf.Labels, **_: Any) -> None:
+        controller.build_event(namespace or "", labels[BUILD_LABEL], name)
 
     return reg
 

@@ -1,5 +1,5 @@
-"""What one generation of a SpecServing should become: validate, resolve the image, render. Pure and cached by
-the caller per (uid, generation)."""
+"""What one generation of a SpecServing should become: validate, plan the image, render. Pure and cached by the
+caller per (uid, generation); rendering for an image that a build produced is cached on the plan too."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ from typing import Any
 
 from specserving.api.loading import spec_of
 from specserving.api.types import SpecServingSpec
+from specserving.capabilities import CapabilityTable
 from specserving.capabilities import load as load_capabilities
+from specserving.imagebuild.planning import NOT_NEEDED, ImagePlan
+from specserving.imagebuild.planning import plan as plan_image
+from specserving.reconcile.image import BuildConfig, pd_builders
 from specserving.rendering import labels as L
 from specserving.rendering import render
 from specserving.rendering.image import ResolvedImage, base_image
@@ -17,17 +21,23 @@ from specserving.validation import validate
 
 @dataclass(frozen=True)
 class Plan:
-    """The verdict on one generation and, when admitted, its children."""
+    """The verdict on one generation and, when admitted, its image plan and children."""
 
     uid: str
     generation: int
     errors: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     spec: SpecServingSpec | None = None
+    # The base image, as the spec names it.
     image: ResolvedImage | None = None
+    # Whether the base image serves, a build is needed, or nothing can (imagebuild.planning).
+    image_plan: ImagePlan | None = None
+    # The children on the base image, when the base image can run the spec; () otherwise.
     children: tuple[dict[str, Any], ...] = field(default=(), repr=False)
-    # Admitted, but the resolved image cannot run it: why, and nothing is applied.
+    # Why the base image cannot run the spec as-is (a build may fix that), or None.
     unrunnable: str | None = None
+    obj: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _rendered: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def admitted(self) -> bool:
@@ -41,27 +51,32 @@ class Plan:
                 L.ROUTER: self.spec.router.replicas}
 
     def image_status(self) -> dict[str, Any] | None:
-        """status.image: base, resolved, sglangVersion, fixApplied and the algorithms with a PD builder."""
+        """status.image for the base image: base, resolved, sglangVersion, fixApplied and pdBuilders."""
         if self.spec is None or self.image is None:
             return None
         out: dict[str, Any] = {"base": self.spec.image.base, "resolved": self.image.ref,
                                "fixApplied": self.image.fix_applied}
         if self.image.sglang_version:
             out["sglangVersion"] = self.image.sglang_version
-            caps = load_capabilities().lookup(self.image.sglang_version)
-            if caps is not None:
-                out["pdBuilders"] = sorted(caps.builders(with_fix=self.image.fix_applied))
+            if load_capabilities().lookup(self.image.sglang_version) is not None:
+                out["pdBuilders"] = pd_builders(load_capabilities(), self.image.sglang_version,
+                                                self.image.fix_applied, self.spec.speculative.algorithm)
         return out
 
+    def children_for(self, image: ResolvedImage) -> tuple[dict[str, Any], ...]:
+        """The children with the pools on `image` (rendered once per image)."""
+        if self.image is not None and image == self.image and self.children:
+            return self.children
+        if image.ref not in self._rendered:
+            self._rendered[image.ref] = tuple(render(self.obj, image))
+        return self._rendered[image.ref]
 
-def resolve_image(spec: SpecServingSpec) -> ResolvedImage:
-    """The image the pools run. For now the base image as-is; the image-build issue replaces this function with
-    one that builds (or finds) the fixed image and returns it by digest."""
-    return base_image(spec)
 
-
-def make_plan(obj: dict[str, Any]) -> Plan:
-    """Validate `obj` as the API server stored it (CEL already ran there) and, if it passes, render it."""
+def make_plan(obj: dict[str, Any], build: BuildConfig | None = None) -> Plan:
+    """Validate `obj` as the API server stored it (CEL already ran there) and, if it passes, plan its image and
+    render it on the base image when that can run it. `build` carries the fix's version and the default registry
+    (none: an unversioned fix and no registry)."""
+    build = build or BuildConfig()
     meta = obj.get("metadata") or {}
     uid, generation = meta.get("uid", ""), int(meta.get("generation") or 0)
     clean = {k: v for k, v in obj.items() if k != "status"}
@@ -71,20 +86,27 @@ def make_plan(obj: dict[str, Any]) -> Plan:
         spec = None if report.malformed else spec_of(clean)
         return Plan(uid, generation, errors=tuple(str(e) for e in report.errors), warnings=warnings, spec=spec)
     spec = spec_of(clean)
-    image = resolve_image(spec)
-    problem = missing_builder(spec, image)
-    if problem:
-        return Plan(uid, generation, warnings=warnings, spec=spec, image=image, unrunnable=problem)
-    return Plan(uid, generation, warnings=warnings, spec=spec, image=image, children=tuple(render(clean, image)))
+    image = base_image(spec)
+    image_plan = plan_image(spec, build.table, fix_version=build.fix_version, default_registry=build.registry)
+    problem = missing_builder(spec, image, build.table)
+    if problem or image_plan.decision != NOT_NEEDED:
+        return Plan(uid, generation, warnings=warnings, spec=spec, image=image, image_plan=image_plan,
+                    unrunnable=problem, obj=clean)
+    return Plan(uid, generation, warnings=warnings, spec=spec, image=image, image_plan=image_plan,
+                children=tuple(render(clean, image)), obj=clean)
 
 
-def missing_builder(spec: SpecServingSpec, image: ResolvedImage) -> str | None:
-    """Why the resolved image would crash the first decode, or None. Admission allows an algorithm that only the
-    project's fix supplies (build policy IfNeeded); until the fixed image is built, no decode pod may start."""
-    caps = load_capabilities().lookup(image.sglang_version)
+def missing_builder(spec: SpecServingSpec, image: ResolvedImage, table: CapabilityTable | None = None) -> str | None:
+    """Why `image` would crash the first decode, or None. Admission allows an algorithm that only the project's
+    fix supplies (build policy IfNeeded); until the fixed image is built, no decode pod may start. The controller
+    checks every image it is about to deploy, the built one included."""
+    caps = (table or load_capabilities()).lookup(image.sglang_version)
     alg = spec.speculative.algorithm
     if caps is None or alg in caps.builders(with_fix=image.fix_applied):
         return None
+    if image.fix_applied:
+        return (f"image {image.ref} (SGLang {image.sglang_version} with the fix) has no PD-decode draft-input "
+                f"builder for {alg}, so no decode pod is started")
     return (f"image {image.ref} (SGLang {image.sglang_version}) has no PD-decode draft-input builder for {alg} and "
             f"the fixed image is not built yet, so no decode pod is started; algorithms this image can run: "
             f"{', '.join(sorted(caps.builders(with_fix=image.fix_applied))) or 'none'}")

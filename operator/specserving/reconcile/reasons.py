@@ -4,17 +4,25 @@ from __future__ import annotations
 
 # Condition types.
 ADMITTED = "Admitted"
+IMAGE_READY = "ImageReady"
 PROGRESSING = "Progressing"
 PREFILL_READY = "PrefillReady"
 DECODE_READY = "DecodeReady"
 ROUTER_READY = "RouterReady"
 READY = "Ready"
 DEGRADED = "Degraded"
-CONDITION_TYPES = (ADMITTED, PROGRESSING, PREFILL_READY, DECODE_READY, ROUTER_READY, READY, DEGRADED)
+CONDITION_TYPES = (ADMITTED, IMAGE_READY, PROGRESSING, PREFILL_READY, DECODE_READY, ROUTER_READY, READY, DEGRADED)
 
 # Admitted.
 ACCEPTED = "Accepted"  # the spec passed validation (warnings, if any, are in the message)
 INVALID_SPEC = "InvalidSpec"  # the spec slipped past admission but validation refuses it: no children
+
+# ImageReady (plus NOT_ADMITTED, IMAGE_LACKS_BUILDER and APPLY_FAILED).
+NOT_NEEDED = "NotNeeded"  # the base image has its own PD-decode builder for the algorithm: the pools run it
+BUILDING = "Building"  # the fixed image is being built; no pool is started until it is pushed
+BUILT = "Built"  # the fixed image was built and pushed; the pools run it by digest
+BUILD_FAILED = "BuildFailed"  # the build (or its probe) failed: the message carries the end of its log
+REGISTRY_MISSING = "RegistryMissing"  # a build is needed but no registry is configured
 
 # PrefillReady / DecodeReady / RouterReady.
 REPLICAS_READY = "ReplicasReady"
@@ -35,7 +43,7 @@ POOLS_NOT_READY = "PoolsNotReady"
 # Shared by Progressing and Ready.
 DEPENDENCY_MISSING = "DependencyMissing"  # a CRD a child needs (LeaderWorkerSet, ServiceMonitor) is not installed
 APPLY_FAILED = "ApplyFailed"  # the API server refused a child
-IMAGE_LACKS_BUILDER = "ImageLacksBuilder"  # admitted, but the resolved image would crash the first decode
+IMAGE_LACKS_BUILDER = "ImageLacksBuilder"  # admitted, but the image (base or built) would crash the first decode
 
 # Degraded.
 CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
@@ -50,9 +58,11 @@ CHILD_APPLY_FAILED = "ChildApplyFailed"
 CHILD_PRUNED = "ChildPruned"
 DRIFT_REPAIRED = "DriftRepaired"
 DELETION_COST_SET = "DeletionCostSet"
+BUILD_STARTED = "BuildStarted"  # the build Job was created
 
 # Reasons that are bad news: their events are Warnings.
 WARNING_REASONS = frozenset({
-    INVALID_SPEC, DEPENDENCY_MISSING, APPLY_FAILED, IMAGE_LACKS_BUILDER, PROGRESS_DEADLINE_EXCEEDED,
+    INVALID_SPEC, DEPENDENCY_MISSING, APPLY_FAILED, IMAGE_LACKS_BUILDER, BUILD_FAILED, REGISTRY_MISSING,
+    PROGRESS_DEADLINE_EXCEEDED,
     CRASH_LOOP_BACK_OFF, CONTAINER_FAILED, IMAGE_PULL_FAILED, POD_FAILED, CHILD_APPLY_FAILED,
 })

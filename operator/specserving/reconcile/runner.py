@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from specserving import API_VERSION, KIND, PLURAL
 from specserving.kube import ApiError, Kube, StartupError, load_configuration
 from specserving.metrics import Metrics
+from specserving.reconcile.image import BuildConfig
 from specserving.webhook.runtime import WebhookOptions
 
 CRD_FILE = "crds/specserving.io_specservings.yaml"
@@ -31,6 +35,12 @@ class Options:
     probe_load: bool = True
     verbose: bool = False
     debug: bool = False
+    # In-cluster image builds: the default registry and push Secret (a SpecServing's spec.image.build overrides
+    # them), the BuildKit image, and the build context (default: see imagebuild.context.default_directory).
+    build_registry: str | None = None
+    build_push_secret: str | None = None
+    buildkit_image: str | None = None
+    build_context: str | None = None
     webhook: WebhookOptions = field(default_factory=WebhookOptions)
 
 
@@ -48,6 +58,29 @@ def preflight(kube: Kube) -> None:
     if served is None:
         raise StartupError(f"the SpecServing CRD ({PLURAL}.{API_VERSION.split('/')[0]}, {API_VERSION}) is not "
                            f"installed in the cluster at {kube.host}: kubectl apply -f {CRD_FILE}")
+
+
+def build_config(opts: Options) -> BuildConfig:
+    """The build settings, with the build context loaded once (and so the fix's version fixed) for the process."""
+    from specserving.api.types import BuildSpec, LocalObjectReference
+    from specserving.imagebuild import context
+    from specserving.imagebuild.job import BuildSettings
+
+    try:
+        ctx = context.load(Path(opts.build_context) if opts.build_context else None)
+    except (context.ContextError, OSError, UnicodeDecodeError) as exc:
+        hint = "" if opts.build_context else " (or pass --build-context DIR)"
+        raise StartupError(f"cannot load the image build context: {exc}{hint}") from None
+    patterns = {f.name: f.metadata["pattern"] for f in dataclasses.fields(BuildSpec)}
+    if opts.build_registry and not re.fullmatch(patterns["registry"], opts.build_registry):
+        raise StartupError(f"--build-registry must be a repository such as registry.example.com/ml, not "
+                           f"{opts.build_registry!r}")
+    name_pattern = next(f.metadata["pattern"] for f in dataclasses.fields(LocalObjectReference) if f.name == "name")
+    if opts.build_push_secret and not re.fullmatch(name_pattern, opts.build_push_secret):
+        raise StartupError(f"--build-push-secret must be a Secret name, not {opts.build_push_secret!r}")
+    settings = BuildSettings(buildkit_image=opts.buildkit_image) if opts.buildkit_image else BuildSettings()
+    return BuildConfig(context=ctx, registry=opts.build_registry or None, push_secret=opts.build_push_secret or None,
+                       settings=settings)
 
 
 def serve_metrics(metrics: Metrics, port: int, address: str) -> None:
@@ -86,9 +119,10 @@ def run(opts: Options) -> int:
     metrics = Metrics()
     kube = Kube(load_configuration(opts.kubeconfig, opts.context), count=metrics.count_request)
     preflight(kube)
+    build = build_config(opts)
     if opts.metrics_port:
         serve_metrics(metrics, opts.metrics_port, opts.metrics_address)
-    controller = Controller(kube, metrics, probe_load=opts.probe_load)
+    controller = Controller(kube, metrics, probe_load=opts.probe_load, build=build)
     registry = build_registry(controller, resync_seconds=opts.resync_seconds)
     from specserving.webhook.handlers import WebhookMetrics
     from specserving.webhook.runtime import install
@@ -96,6 +130,10 @@ def run(opts: Options) -> int:
     install(registry, opts.webhook, kube, WebhookMetrics(metrics.registry), namespaces=opts.namespaces)
     scope = "all namespaces" if opts.all_namespaces else "namespace(s) " + ", ".join(opts.namespaces)
     logging.getLogger("specserving").info("watching SpecServings in %s on %s", scope, kube.host)
+    logging.getLogger("specserving").info(
+        "image builds: fix version %s, registry %s, BuildKit image %s", build.fix_version,
+        build.registry or "(none: each SpecServing that needs a build must set spec.image.build.registry)",
+        build.settings.buildkit_image)
     kopf.run(
         registry=registry,
         standalone=opts.peering is None,

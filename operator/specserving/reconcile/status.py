@@ -1,6 +1,6 @@
 """The SpecServing status as a pure function of what the operator decided and what the watches saw.
 
-`compute` builds the whole status (pools, conditions, phase, endpoint, image); `patch_for` turns old and new into
+`compute` builds the whole status (image, pools, conditions, phase, endpoint); `patch_for` turns old and new into
 a JSON merge patch, or None when nothing changed, so an idle resync writes nothing.
 """
 
@@ -14,6 +14,7 @@ from specserving.api.naming import child_name
 from specserving.reconcile import conditions as C
 from specserving.reconcile import reasons as R
 from specserving.reconcile.failures import pod_failures, summary
+from specserving.reconcile.image import ImageVerdict
 from specserving.reconcile.observed import Pod, Workload
 from specserving.rendering import labels as L
 
@@ -28,9 +29,16 @@ class Outcome:
     admitted: bool
     errors: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
-    # DEPENDENCY_MISSING, APPLY_FAILED or IMAGE_LACKS_BUILDER when the children were not all applied.
+    # DEPENDENCY_MISSING, APPLY_FAILED, IMAGE_LACKS_BUILDER, BUILD_FAILED or REGISTRY_MISSING when the children
+    # were not all applied.
     blocked_reason: str | None = None
     blocked_message: str = ""
+    # The serving image (ImageReady); None when it was not resolved (not admitted).
+    image: ImageVerdict | None = None
+
+    @property
+    def building(self) -> bool:
+        return self.image is not None and self.image.reason == R.BUILDING
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,10 @@ def _pool_condition(o: Observation, role: str, gen: int) -> dict[str, Any]:
                            f"the {role} pool was not created: the spec was not admitted", gen)
     if desired is None:
         return C.condition(ctype, C.UNKNOWN, R.NOT_ADMITTED, f"the {role} pool's replicas are unknown", gen)
+    if w is None and o.outcome.image is not None and o.outcome.image.image is None:
+        return C.condition(ctype, C.FALSE, R.WORKLOAD_MISSING,
+                           f"0 of {desired} {role} replicas ready: the workload {wname} is not created until the "
+                           f"image is ready (ImageReady is {o.outcome.image.reason})", gen)
     if w is None:
         return C.condition(ctype, C.FALSE, R.WORKLOAD_MISSING,
                            f"0 of {desired} {role} replicas ready: the workload {wname} does not exist yet", gen)
@@ -104,6 +116,8 @@ def _progress(o: Observation, gen: int) -> dict[str, Any]:
                            gen)
     if o.outcome.blocked_reason:
         return C.condition(R.PROGRESSING, C.FALSE, o.outcome.blocked_reason, o.outcome.blocked_message, gen)
+    if o.outcome.image is not None and o.outcome.building:
+        return C.condition(R.PROGRESSING, C.TRUE, R.BUILDING, o.outcome.image.message, gen)
     for role in POOLS:
         w = o.workloads.get(role)
         if w is not None and w.deadline_exceeded:
@@ -130,6 +144,8 @@ def _ready(o: Observation, pools: list[dict[str, Any]], gen: int, endpoint: str 
         return C.condition(R.READY, C.FALSE, R.INVALID_SPEC, "not serving: the spec was refused (see Admitted)", gen)
     if o.outcome.blocked_reason:
         return C.condition(R.READY, C.FALSE, o.outcome.blocked_reason, o.outcome.blocked_message, gen)
+    if o.outcome.image is not None and o.outcome.building:
+        return C.condition(R.READY, C.FALSE, R.BUILDING, "not serving: " + o.outcome.image.message, gen)
     waiting = [c["message"] for c in pools if c["status"] != C.TRUE]
     if waiting:
         return C.condition(R.READY, C.FALSE, R.POOLS_NOT_READY, "not ready: " + "; ".join(waiting), gen)
@@ -142,6 +158,16 @@ def _degraded(o: Observation, gen: int) -> dict[str, Any]:
     if failures:
         return C.condition(R.DEGRADED, C.TRUE, failures[0].reason, summary(failures), gen)
     return C.condition(R.DEGRADED, C.FALSE, R.NO_FAILURES, "no prefill, decode or router pod is failing", gen)
+
+
+def _image_ready(o: Observation, gen: int) -> dict[str, Any]:
+    if not o.outcome.admitted:
+        return C.condition(R.IMAGE_READY, C.UNKNOWN, R.NOT_ADMITTED,
+                           "the image is resolved once the spec is admitted", gen)
+    v = o.outcome.image
+    if v is None:
+        return C.condition(R.IMAGE_READY, C.UNKNOWN, R.NOT_ADMITTED, "the image is not resolved yet", gen)
+    return C.condition(R.IMAGE_READY, v.status, v.reason, v.message, gen)
 
 
 def _admitted(o: Observation, gen: int) -> dict[str, Any]:
@@ -160,6 +186,8 @@ def _phase(o: Observation, by_type: dict[str, dict[str, Any]]) -> str:
         return "Degraded"
     if by_type[R.READY]["status"] == C.TRUE:
         return "Ready"
+    if o.outcome.building:
+        return "Building"
     if o.outcome.blocked_reason and o.outcome.blocked_reason != R.DEPENDENCY_MISSING:
         return "Failed"
     if o.outcome.blocked_reason or not any(o.workloads.get(r) for r in POOLS):
@@ -174,7 +202,8 @@ def compute(o: Observation, now: str) -> dict[str, Any]:
     if o.outcome.admitted and o.router_port:
         endpoint = f"http://{child_name(o.name, L.ROUTER)}.{o.namespace}.svc:{o.router_port}"
     pools = [_pool_condition(o, role, gen) for role in POOLS]
-    conds = [_admitted(o, gen), _progress(o, gen), *pools, _ready(o, pools, gen, endpoint), _degraded(o, gen)]
+    conds = [_admitted(o, gen), _image_ready(o, gen), _progress(o, gen), *pools, _ready(o, pools, gen, endpoint),
+             _degraded(o, gen)]
     merged = C.merge((o.old or {}).get("conditions"), conds, now)
     status: dict[str, Any] = {"observedGeneration": gen, "phase": _phase(o, {c["type"]: c for c in merged})}
     if endpoint:
