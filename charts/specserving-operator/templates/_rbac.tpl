@@ -1,52 +1,61 @@
 {{/*
 The operator's namespaced permissions, each rule with its reason. Used by the ClusterRole (all namespaces) or a
-Role per watched namespace. There is deliberately no access to Secrets: build push secrets and image pull
-secrets are referenced by name in pod specs, never read.
+Role per watched namespace. Every child is written with server-side apply (PATCH; create when it does not exist
+yet) and pruned with DELETE; nothing is written with PUT, so no rule grants update except the finalizers one.
+There is deliberately no access to Secrets: build push secrets and image pull secrets are referenced by name in
+pod specs, never read.
 */}}
 {{- define "specserving-operator.namespacedRules" -}}
-# Read SpecServings, and patch them for kopf's finalizer-free progress annotations.
+# kopf lists and watches SpecServings and keeps its handler progress in annotations under
+# operator.specserving.io/ (patch). No finalizer is ever added.
 - apiGroups: ["specserving.io"]
   resources: ["specservings"]
   verbs: ["get", "list", "watch", "patch"]
-# Write observed state through the status subresource only.
+# Observed state, written only through the status subresource (JSON merge patch).
 - apiGroups: ["specserving.io"]
   resources: ["specservings/status"]
-  verbs: ["get", "patch", "update"]
-# The pools' and router's workloads, applied with server-side apply and pruned when no longer rendered.
+  verbs: ["patch"]
+# Children's ownerReferences set blockOwnerDeletion; where the OwnerReferencesPermissionEnforcement admission
+# plugin is on, that needs update on the owner's finalizers subresource.
+- apiGroups: ["specserving.io"]
+  resources: ["specservings/finalizers"]
+  verbs: ["update"]
+# The pools' and router's workloads: applied (create, patch), watched for status, pruned when no longer rendered.
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Multi-node replicas (nodesPerReplica > 1) run as LeaderWorkerSets.
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
-# Pool Services, the router's ServiceAccount, and build-context ConfigMaps.
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Pool and router Services, the router's ServiceAccount, and image builds' context ConfigMaps.
 - apiGroups: [""]
   resources: ["services", "serviceaccounts", "configmaps"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Pool PodDisruptionBudgets.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # The router's Role and RoleBinding (read pods for service discovery). Granting a Role requires holding its
-# permissions, which the pods rule below provides; no escalate or bind verbs are needed.
+# permissions, which the pods rule below provides; no escalate or bind verbs are needed, so the operator can
+# never grant more than it holds.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Watch pool pods for readiness and crash reasons; patch the decode pods' pod-deletion-cost before a scale-down.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "patch"]
-# In-cluster builds of the fixed serving image.
+# In-cluster builds of the fixed serving image (applied like every child, deleted when superseded).
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "create", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # ServiceMonitors, rendered only when a SpecServing asks for them.
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["servicemonitors"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
-# Events on transitions, for kubectl describe.
-- apiGroups: ["", "events.k8s.io"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# core/v1 Events on the SpecServing (the operator's transitions and kopf's own), for kubectl describe.
+- apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create"]
 {{- end -}}
