@@ -72,8 +72,8 @@ def test_apply_creates_children_pods_run_and_ready_counts(cluster: Cluster, name
         assert (status[role]["replicas"], status[role]["readyReplicas"], status[role]["desiredReplicas"]) == (n, n, n)
     assert condition(obj, "DecodeReady")["message"] == f"2 of 2 decode replicas ready (Deployment {NAME}-decode)"
     assert {c["type"]: c["status"] for c in status["conditions"]} == {
-        "Admitted": "True", "Progressing": "False", "PrefillReady": "True", "DecodeReady": "True",
-        "RouterReady": "True", "Ready": "True", "Degraded": "False"}
+        "Admitted": "True", "ImageReady": "True", "Progressing": "False", "PrefillReady": "True",
+        "DecodeReady": "True", "RouterReady": "True", "Ready": "True", "Degraded": "False"}
     assert set(status) <= {"observedGeneration", "phase", "endpoint", "conditions", "prefill", "decode", "router",
                            "image"}, "status holds only our fields (kopf's progress lives in annotations)"
     assert not obj["metadata"].get("finalizers")

@@ -68,8 +68,8 @@ def test_all_ready() -> None:
                            "readySummary": "2/2", "selector": "specserving.io/instance=sv,specserving.io/role=decode"}
     assert [c["type"] for c in s["conditions"]] == list(R.CONDITION_TYPES)
     assert {c["type"]: c["status"] for c in s["conditions"]} == {
-        "Admitted": "True", "Progressing": "False", "PrefillReady": "True", "DecodeReady": "True",
-        "RouterReady": "True", "Ready": "True", "Degraded": "False"}
+        "Admitted": "True", "ImageReady": "Unknown", "Progressing": "False", "PrefillReady": "True",
+        "DecodeReady": "True", "RouterReady": "True", "Ready": "True", "Degraded": "False"}
     assert cond(s, "DecodeReady")["message"] == "2 of 2 decode replicas ready (Deployment sv-decode)"
     assert cond(s, "Progressing")["reason"] == R.ROLLOUT_COMPLETE
     assert all(c["observedGeneration"] == 3 and c["lastTransitionTime"] == T0 for c in s["conditions"])
