@@ -28,10 +28,15 @@ pod specs, never read.
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# Pool and router Services, the router's ServiceAccount, and image builds' context ConfigMaps.
+# Pool and router Services, and the router's ServiceAccount.
 - apiGroups: [""]
-  resources: ["services", "serviceaccounts", "configmaps"]
+  resources: ["services", "serviceaccounts"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# An image build's context ConfigMap, applied once beside its Job and owned by it (the Job's TTL removes both);
+# never read back.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["create", "patch"]
 # Pool PodDisruptionBudgets.
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
@@ -46,10 +51,11 @@ pod specs, never read.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "patch"]
-# In-cluster builds of the fixed serving image (applied like every child, deleted when superseded).
+# In-cluster builds of the fixed serving image: one shared Job per build, applied, then watched for the digest
+# its pod reports. Their TTL removes finished Jobs; the operator deletes none.
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 # ServiceMonitors, rendered only when a SpecServing asks for them.
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["servicemonitors"]
