@@ -253,8 +253,8 @@ kwokctl() {
 }
 
 lock_cluster() {
-    mkdir -p "$KWOK_WORKDIR"
-    exec 8>"$KWOK_WORKDIR/$CLUSTER_NAME.lock"
+    mkdir -p "$KWOK_WORKDIR/locks"
+    exec 8>"$KWOK_WORKDIR/locks/$CLUSTER_NAME.lock"
     flock 8  # one up/down per cluster name at a time
 }
 
