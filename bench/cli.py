@@ -30,9 +30,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--resync-seconds", type=float, default=None,
                    help="the operator's --resync-seconds (default: a fifth of the idle window, at least 2)")
     p.add_argument("--scale-samples", type=int, default=3, help="kubectl scale samples per side and N (default %(default)s)")
-    p.add_argument("--webhook-rate", type=float, default=100.0, help="requests per second (default %(default)s)")
+    p.add_argument("--webhook-rates", default="20,100",
+                   help="request rates (per second) for the webhook, comma-separated (default %(default)s); measured "
+                        "once, with the operator of the first size, before its SpecServings are applied")
     p.add_argument("--webhook-seconds", type=float, default=10.0,
-                   help="seconds at that rate for each of the three webhook series (default %(default)s)")
+                   help="seconds at each rate for each of the three webhook series (default %(default)s)")
     p.add_argument("--out-md", default="docs/benchmarks.md", help="the results page (default %(default)s)")
     p.add_argument("--out-png", default="docs/benchmarks-latency.png", help="the latency plot (default %(default)s)")
     p.add_argument("--out-json", default="out/bench/results.json", help="every figure as JSON (default %(default)s)")
@@ -52,7 +54,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def run_size(cl: C.Cluster, n: int, s: M.Settings, extra: list[str]) -> dict[str, Any]:
+def run_size(cl: C.Cluster, n: int, s: M.Settings, extra: list[str], webhook: list[dict[str, Any]] | None
+             ) -> dict[str, Any]:
+    """Measure one N; with `webhook` (a list), also measure the webhook at every rate and append the results."""
     op_ns, base_ns = f"bench-op-{n}", f"bench-base-{n}"
     started = time.monotonic()
     for ns in (op_ns, base_ns):
@@ -78,7 +82,9 @@ def run_size(cl: C.Cluster, n: int, s: M.Settings, extra: list[str]) -> dict[str
                       webhook_configuration=configuration, env=cl.env, extra=extra)
         rss_start, _ = op.memory()
         wait_webhook(cl, op_ns, s)
-        result["webhook"] = M.webhook(cl, op, op_ns, base_ns, s)
+        if webhook is not None:
+            for rate in s.webhook_rates:
+                webhook.append(M.webhook(cl, op, op_ns, base_ns, s, rate))
         result["operator"] = M.operator_phase(cl, n, op_ns, op_rec, op, s, refs)
         result["operator"]["rss_start_mib"] = rss_start
         result["operator"]["log_errors"] = log_errors(op.tail(10**9))
@@ -125,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     s = M.Settings(idle_seconds=args.idle_seconds, resync_seconds=args.resync_seconds,
-                   scale_samples=args.scale_samples, webhook_rate=args.webhook_rate,
+                   scale_samples=args.scale_samples,
+                   webhook_rates=tuple(float(x) for x in args.webhook_rates.split(",") if x.strip()),
                    webhook_seconds=args.webhook_seconds, out_dir=work, timeout_per_sps=args.timeout_per_sps,
                    profile=args.profile)
     info = C.machine()
@@ -137,17 +144,19 @@ def main(argv: list[str] | None = None) -> int:
         cl = C.start(args.cluster_name, nodes)
     results: dict[str, Any] = {"machine": info, "settings": {
         "sizes": sizes, "idle_seconds": s.idle_seconds, "resync_seconds": s.resync(),
-        "scale_samples": s.scale_samples, "webhook_rate": s.webhook_rate, "webhook_seconds": s.webhook_seconds,
-        "nodes": nodes}, "sizes": [], "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+        "scale_samples": s.scale_samples, "webhook_rates": list(s.webhook_rates), "webhook_seconds": s.webhook_seconds,
+        "nodes": nodes}, "sizes": [], "webhook": {"n": sizes[0], "rates": []},
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     rc = 0
     try:
         info["kubernetes"] = cl.version()
         cl.install_crd()
         W.check_cli_render("bench-render-check", work, cl.env)
-        for n in sizes:
+        for k, n in enumerate(sizes):
             C.log(f"--- N={n} ---")
             try:
-                results["sizes"].append(run_size(cl, n, s, args.operator_arg))
+                results["sizes"].append(run_size(cl, n, s, args.operator_arg,
+                                                 results["webhook"]["rates"] if k == 0 else None))
             except Exception as exc:  # noqa: BLE001 - report what was measured, and why the rest was not
                 traceback.print_exc()
                 results["sizes"].append({"n": n, "error": f"{type(exc).__name__}: {exc}"})

@@ -69,6 +69,7 @@ class Recorder:
         self.decode_ready: dict[str, set[str]] = defaultdict(set)  # instance -> ready decode pod names
         self.decode_pods: dict[str, set[str]] = defaultdict(set)  # instance -> decode pods not being deleted
         self.decode_history: dict[str, list[tuple[float, int]]] = defaultdict(list)
+        self.decode_created: dict[str, list[tuple[float, int]]] = defaultdict(list)  # (time, decode pods) history
         self.events = 0
         self.watches = [Watch(api, path.format(ns=namespace), self._handler(kind)) for path, kind in RESOURCES]
 
@@ -131,7 +132,7 @@ class Recorder:
         if not instance or labels.get(ROLE) != "decode":
             return
         ready, pods = self.decode_ready[instance], self.decode_pods[instance]
-        before = len(ready)
+        before, existed = len(ready), len(pods)
         if type_ != "DELETED" and pod_ready(obj):
             ready.add(name)
         else:
@@ -142,6 +143,8 @@ class Recorder:
             pods.discard(name)
         if len(ready) != before:
             self.decode_history[instance].append((t, len(ready)))
+        if len(pods) != existed:
+            self.decode_created[instance].append((t, len(pods)))
 
     # -- queries (under the lock) -----------------------------------------------------------------------------
 
@@ -172,6 +175,14 @@ class Recorder:
         """The first time after `since` when `instance` had `count` or more ready decode pods."""
         with self.lock:
             for t, n in self.decode_history[instance]:
+                if t >= since and n >= count:
+                    return t
+        return None
+
+    def decode_pods_reached(self, instance: str, count: int, since: float) -> float | None:
+        """The first time after `since` when `instance` had `count` or more decode pods (created, maybe not ready)."""
+        with self.lock:
+            for t, n in self.decode_created[instance]:
                 if t >= since and n >= count:
                     return t
         return None
