@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from typing import Any, TypeVar
 
@@ -24,14 +25,20 @@ def _convert(tp: Any, value: Any) -> Any:
     return value
 
 
+@functools.cache
+def _fields(cls: type) -> tuple[tuple[str, str, Any], ...]:
+    """(attribute, JSON name, type) of each field of a dataclass, resolved once per class: get_type_hints
+    compiles every string annotation again on each call, which made parsing most of a webhook review's time."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, json_name(f), hints[f.name]) for f in dataclasses.fields(cls))
+
+
 def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     """Build `cls` from its JSON form; absent optional fields take the dataclass defaults."""
-    hints = typing.get_type_hints(cls)
     kwargs = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        name = json_name(f)
+    for attr, name, tp in _fields(cls):
         if name in data:
-            kwargs[f.name] = _convert(hints[f.name], data[name])
+            kwargs[attr] = _convert(tp, data[name])
     return cls(**kwargs)
 
 

@@ -67,9 +67,23 @@ def _message(err: jsonschema.ValidationError) -> tuple[list[Any], str]:
     return where, err.message
 
 
+_VALIDATORS: dict[int, tuple[dict[str, Any], jsonschema.Draft7Validator]] = {}
+
+
+def _validator(openapi: dict[str, Any]) -> jsonschema.Draft7Validator:
+    """One validator per schema object (callers pass the cached loading.schema()): building it deep-copies the
+    whole schema, which cost as much as the validation itself. Schemas are not mutated once built."""
+    hit = _VALIDATORS.get(id(openapi))
+    if hit is None or hit[0] is not openapi:
+        if len(_VALIDATORS) >= 8:
+            _VALIDATORS.clear()
+        hit = _VALIDATORS[id(openapi)] = (openapi, jsonschema.Draft7Validator(_strict(openapi)))
+    return hit[1]
+
+
 def check(obj: dict[str, Any], openapi: dict[str, Any]) -> list[Problem]:
     """Every structural error in `obj` (a whole SpecServing), with its field path."""
-    validator = jsonschema.Draft7Validator(_strict(openapi))
+    validator = _validator(openapi)
     problems = []
     for err in validator.iter_errors(obj):
         where, msg = _message(err)
