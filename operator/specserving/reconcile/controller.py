@@ -98,6 +98,8 @@ class OwnerState:
     posted: dict[str, tuple[str, str]] = field(default_factory=dict)
     retry: asyncio.TimerHandle | None = None
     failures: int = 0
+    # The digests of a rendering (renderings are cached per plan), so a pass does not hash every child again.
+    digests: tuple[tuple[dict[str, Any], ...], tuple[str, ...]] | None = None
 
 
 def _now() -> str:
@@ -306,8 +308,10 @@ class Controller:
         observed = self.children(key)
         await self._prepare_scale_down(key, body, plan, observed)
         created, repaired = [], []
-        for desired in rendered:
-            ref, dig = ref_of(desired), digest(desired)
+        if st.digests is None or st.digests[0] is not rendered:
+            st.digests = (rendered, tuple(digest(d) for d in rendered))
+        for desired, dig in zip(rendered, st.digests[1], strict=True):
+            ref = ref_of(desired)
             seen, mine = observed.get(ref), st.applied.get(ref)
             if mine is not None and mine.digest == dig and (seen is None or seen.resource_version ==
                                                              mine.resource_version):
