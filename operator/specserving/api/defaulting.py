@@ -7,10 +7,14 @@ from typing import Any
 
 
 def apply_defaults(value: Any, schema: dict[str, Any]) -> Any:
-    """Return a copy of `value` with every missing defaulted property filled, recursively."""
+    """Return a copy of `value` with every missing defaulted property filled, recursively.
+
+    As in the apiserver, a property set to null is dropped first unless its schema says `nullable: true`, so a
+    null where the schema has a default gets the default, and a null elsewhere reads as not set."""
     if isinstance(value, dict) and schema.get("type") == "object":
-        out = dict(value)
-        for name, prop in schema.get("properties", {}).items():
+        props = schema.get("properties", {})
+        out = {k: v for k, v in value.items() if v is not None or k not in props or props[k].get("nullable")}
+        for name, prop in props.items():
             if name not in out and "default" in prop:
                 out[name] = copy.deepcopy(prop["default"])
             if name in out:
