@@ -1,0 +1,114 @@
+"""Every flag the renderer writes is accepted by the real parsers: each example's prefill and decode containers
+by the `ServerArgs` parser of the SGLang release its image carries, the router's by sglang-router's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import ROOT, gen, run_script
+
+pytestmark = pytest.mark.decode_path
+
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+ROUTER_VERSION = "0.3.2"
+SERVER_MODULES = ("sglang.launch_server", "sglang.srt.server", "sglang")
+
+
+def _containers(example: Path) -> list[tuple[str, str | None, dict[str, Any]]]:
+    """(role, sglang version, container) for the SGLang and router containers the example renders."""
+    from specserving.rendering import render
+    from specserving.rendering.image import base_image
+    from specserving.api.loading import spec_of
+
+    found = []
+    for obj in yaml.safe_load_all(example.read_text()):
+        if not obj:
+            continue
+        version = base_image(spec_of(obj)).sglang_version
+        for manifest in render(obj):
+            role = manifest["metadata"].get("labels", {}).get("specserving.io/role")
+            if manifest["kind"] != "Deployment" or role not in ("prefill", "decode", "router"):
+                continue
+            for container in manifest["spec"]["template"]["spec"]["containers"]:
+                found.append((role, version, container))
+    return found
+
+
+PARSE_SERVER = r"""
+import argparse, contextlib, io, json
+from sglang.srt.server_args import ServerArgs
+results = []
+for args in ARGS:
+    parser = argparse.ArgumentParser(prog="sglang", add_help=False, allow_abbrev=False)
+    ServerArgs.add_cli_args(parser)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            parser.parse_args(args)
+        results.append(None)
+    except SystemExit:
+        results.append(err.getvalue().strip())
+print(json.dumps(results))
+"""
+
+PARSE_ROUTER = r"""
+import contextlib, io, json
+from sglang_router.launch_router import parse_router_args
+results = []
+for args in ARGS:
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            parse_router_args(args)
+        results.append(None)
+    except SystemExit:
+        results.append(err.getvalue().strip())
+print(json.dumps(results))
+"""
+
+
+def test_examples_exist() -> None:
+    assert EXAMPLES, "no examples/*.yaml to check"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_server_flags_accepted(envs: dict[str, Any], pdfix_site: Path, example: Path) -> None:
+    servers = [(role, version, c) for role, version, c in _containers(example) if role in ("prefill", "decode")]
+    assert {role for role, _, _ in servers} == {"prefill", "decode"}, example.name
+    by_version: dict[str, list[tuple[str, list[str]]]] = {}
+    for role, version, container in servers:
+        assert version in envs, f"{example.name}: the image's SGLang version {version!r} is not in the decode_path tier"
+        command = container.get("command") or []
+        assert any(part in SERVER_MODULES or part == "serve" for part in command), command
+        by_version.setdefault(version, []).append((role, container["args"]))
+    for version, items in by_version.items():
+        script = PARSE_SERVER.replace("ARGS", json.dumps([args for _, args in items]))
+        errors = run_script(envs, pdfix_site, version, script)
+        rejected = {role: err for (role, _), err in zip(items, errors) if err}
+        # allow_abbrev=False: a flag must be spelled as SGLang defines it, not as a prefix that happens to match.
+        assert not rejected, f"{example.name}: sglang {version} rejects the rendered args: {rejected}"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_router_flags_accepted(envs: dict[str, Any], example: Path) -> None:
+    routers = [c for role, _, c in _containers(example) if role == "router"]
+    assert routers, f"{example.name} renders no router"
+    router_dir = gen.cache_dir() / f"router-{ROUTER_VERSION}"
+    if not (router_dir / ".complete").exists():
+        pytest.fail(f"{router_dir} is missing: rerun bash hack/decode-path-env.sh", pytrace=False)
+    any_env = next(iter(envs.values()))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(router_dir), any_env["pythonpath"][-1]])
+    env["PYTHONWARNINGS"] = "ignore"
+    script = PARSE_ROUTER.replace("ARGS", json.dumps([c["args"] for c in routers]))
+    proc = subprocess.run([any_env["python"], "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    errors = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not any(errors), f"{example.name}: sglang-router {ROUTER_VERSION} rejects the rendered args: {errors}"
