@@ -1,0 +1,16 @@
+"""Fixtures for the reliability and security suite: the cluster tier's own, shared rather than copied.
+
+pytest imports test packages in its default `prepend` mode: tests/ (the first directory without an __init__.py
+above tests/cluster and tests/reliability) goes on sys.path, so the cluster tier is the package `cluster` and this
+one `reliability`. Importing the fixture functions here registers them for tests/reliability. In one session with
+tests/cluster (`pytest tests/cluster tests/reliability`), the `cluster` fixture is then set up once per directory,
+but both set-ups name the same kwokctl cluster (specserving-test-<pid>): the second finds it up, and only the
+set-up that started it stops it at the end of the session. So one control plane serves the whole session.
+"""
+
+from __future__ import annotations
+
+from cluster.conftest import cluster, namespace
+from cluster.operating import crd, operator
+
+__all__ = ["cluster", "crd", "namespace", "operator"]  # fixtures, used by name

@@ -1,0 +1,159 @@
+"""Fuzzed SpecServings through real `kubectl apply`, with the operator serving the validating webhook.
+
+Hypothesis generates valid objects and invalid ones (a valid one broken by one to three mutations: types, bounds,
+enums, unknown and missing fields, patterns, cross-field CEL rules, the operator's own rules, names). The offline
+`specserving.validation.validate` is the oracle; the API server with the webhook must agree with it on every
+object: each invalid one refused with a field path the oracle names, nothing of it stored; each valid one
+admitted, stored and reconciled (Admitted=True for its generation; for those whose base image serves, exactly
+the children `specserving render` gives). Throughout, the operator process stays up, its log holds no traceback,
+and no traceback reaches kubectl's output, an event or a condition.
+
+CI size: 40 invalid + 12 valid. SPECSERVING_RELIABILITY=full: 1,000 invalid + 100 valid (plus the few
+mutated objects the oracle finds valid, checked as valid).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+import yaml
+from cluster.kube import Cluster, condition, wait_for
+from cluster.test_admission import WebhookOperator, webhook
+from hypothesis import HealthCheck, assume, given, settings
+from specserving.api.loading import defaulted, spec_of
+from specserving.capabilities import load
+from specserving.imagebuild.planning import NOT_NEEDED
+from specserving.imagebuild.planning import plan as plan_image
+from specserving.validation import validate
+
+from .faults import FULL, events_text, expected_children, figure, size, tracebacks
+from .specs import mutated_specs, valid_specs
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(3600 if FULL else 420)]
+__all__ = ["webhook"]  # a fixture (tests/cluster/test_admission.py), used by name
+
+INVALID = size(40, 1000)
+VALID = size(12, 100)
+FUZZ = settings(deadline=None, database=None, derandomize=False, print_blob=True,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                       HealthCheck.data_too_large])
+# A field path as the API server and the webhook print them: spec.engine.dp, spec.decode.extraArgs[0], metadata.name
+FIELD_PATH = re.compile(r"\b(?:spec|metadata)(?:\.[A-Za-z0-9]+|\[\d+\])*")
+
+
+def kubectl_apply(cluster: Cluster, ns: str, obj: dict[str, Any]) -> tuple[int, str]:
+    out = cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(obj), check=False)
+    return out.returncode, out.stdout + out.stderr
+
+
+def _mentions(text: str, path: str) -> bool:
+    """`path` (the oracle's) or its parent object appears in the API server's answer."""
+    candidates = {path, re.sub(r"\[\d+\]$", "", path)}
+    return any(re.search(re.escape(c) + r"(?![A-Za-z0-9])", text) for c in candidates if c)
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.mutations: Counter[str] = Counter()
+        self.seconds = 0.0
+        self.valid: list[dict[str, Any]] = []
+
+
+def test_fuzzed_specs_agree_with_the_oracle_and_never_hurt_the_operator(cluster: Cluster, namespace: str,
+                                                                         webhook: WebhookOperator) -> None:
+    ns, tally = namespace, Tally()
+
+    def check(obj: dict[str, Any], what: list[str]) -> bool:
+        """Apply `obj` and compare with the oracle; returns whether the oracle admits it."""
+        report = validate(obj)
+        started = time.monotonic()
+        rc, text = kubectl_apply(cluster, ns, obj)
+        tally.seconds += time.monotonic() - started
+        assert not tracebacks(text), text
+        if report.ok:
+            assert rc == 0, f"the oracle admits it, the API server refused ({what}):\n{text}\n{yaml.safe_dump(obj)}"
+            tally.counts["valid admitted"] += 1
+            tally.valid.append(obj)
+            return True
+        assert rc != 0, f"the oracle refuses it ({report.summary()}), the API server admitted it ({what})"
+        paths = FIELD_PATH.findall(text)
+        assert paths, f"refused without a field path ({what}):\n{text}"
+        # A rule on the whole object (the name length) has no path of its own and names the field in its message.
+        oracle = [p for e in report.errors for p in ([e.path] if e.path else FIELD_PATH.findall(e.message))]
+        assert any(_mentions(text, p) for p in oracle), (
+            f"refused, but naming none of the oracle's paths {oracle} ({what}):\n{text}")
+        tally.counts["invalid refused"] += 1
+        tally.mutations.update(m.split(" ")[0] for m in what if "not applicable" not in m)
+        name = (obj.get("metadata") or {}).get("name")
+        if isinstance(name, str) and tally.counts["invalid refused"] % 10 == 1:
+            assert cluster.get("specservings", name, ns) is None, f"refused {name} was stored"
+        return False
+
+    @settings(FUZZ, max_examples=INVALID)
+    @given(mutated_specs())
+    def invalid(case: tuple[dict[str, Any], list[str]]) -> None:
+        # A mutation that happens to leave the object valid is checked as valid, and not counted here.
+        assume(not check(*case))
+
+    @settings(FUZZ, max_examples=VALID)
+    @given(valid_specs())
+    def valid(obj: dict[str, Any]) -> None:
+        check(obj, ["valid"])
+
+    invalid()
+    valid()
+    n = sum(tally.counts.values())
+    figure(f"fuzzed {n} SpecServings through kubectl apply with the webhook: {dict(tally.counts)} "
+           f"({tally.seconds / max(n, 1):.2f}s per apply); mutations among the refused: {dict(tally.mutations)}")
+    assert tally.counts["invalid refused"] >= INVALID
+
+    # Every stored object is one the oracle admitted.
+    stored = {o["metadata"]["name"]: o for o in cluster.list("specservings", ns)}
+    assert set(stored) == {o["metadata"]["name"] for o in tally.valid}
+
+    # Every admitted one is reconciled: Admitted=True for its generation; where the base image serves (no build)
+    # and no other CRD is needed, its children are exactly the rendered ones.
+    table = load()
+
+    def admitted() -> list[str]:
+        return [name for name, o in ((o["metadata"]["name"], o) for o in cluster.list("specservings", ns))
+                if not ((c := condition(o, "Admitted")) and c["status"] == "True"
+                        and c.get("observedGeneration") == o["metadata"]["generation"])]
+
+    wait_for(lambda: not admitted(), 120, "every admitted SpecServing reconciled (Admitted=True)")
+    plain = []
+    for name, obj in sorted(stored.items()):
+        spec = spec_of(defaulted({k: v for k, v in obj.items() if k != "status"}))
+        if plan_image(spec, table, fix_version="x", default_registry=None).decision == NOT_NEEDED \
+                and spec.prefill.nodes_per_replica == spec.decode.nodes_per_replica == 1 \
+                and not spec.engine.metrics.service_monitor:
+            plain.append(name)
+
+    def children_match() -> list[str]:
+        wrong = []
+        for name in plain:
+            obj = cluster.get("specservings", name, ns)
+            have = {(c["kind"], c["metadata"]["name"]) for c in cluster.list(
+                "deployments,services,serviceaccounts,roles,rolebindings,poddisruptionbudgets", ns,
+                f"specserving.io/instance={name}")}
+            if obj is None or have != expected_children(obj, ns):
+                wrong.append(name)
+        return wrong
+
+    wait_for(lambda: not children_match(), 120, f"the rendered children of {len(plain)} SpecServings")
+    figure(f"{len(stored)} admitted SpecServings reconciled (Admitted=True); {len(plain)} of them (base image "
+           "serves, one node per replica) have exactly their rendered children")
+
+    # No traceback anywhere a user looks, and the operator is still up.
+    for obj in cluster.list("specservings", ns):
+        for c in (obj.get("status") or {}).get("conditions") or []:
+            assert not tracebacks(c.get("message", "")), c
+    assert not tracebacks(events_text(cluster, ns))
+    assert webhook.proc.poll() is None, "the operator exited"
+    log = webhook.log.read_text()
+    assert not tracebacks(log), "\n".join(tracebacks(log)[:20])
