@@ -150,6 +150,18 @@ def kube_env(kubeconfig: Path, bin_dir: Path) -> dict[str, str]:
     return env
 
 
+def revision() -> str:
+    """The commit the operator code comes from (with -dirty for uncommitted changes under operator/)."""
+    git = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], text=True, capture_output=True,
+                         check=False)
+    if git.returncode == 0:
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "operator"], text=True,
+                               capture_output=True, check=False).stdout.strip()
+        return git.stdout.strip() + ("-dirty" if dirty else "")
+    rev = REPO / "REV"  # an exported tree (git archive) may carry its commit here
+    return rev.read_text().strip() if rev.exists() else "?"
+
+
 def machine() -> dict[str, Any]:
     """nproc, memory, load, kernel, Python and kopf versions."""
     import importlib.metadata
@@ -167,5 +179,5 @@ def machine() -> dict[str, Any]:
         "nproc": os.cpu_count(), "memory_gib": round(mem, 1), "cpu": cpu,
         "loadavg_start": os.getloadavg()[0], "kernel": platform.release(),
         "python": platform.python_version(), "kopf": importlib.metadata.version("kopf"),
-        "kubernetes_client": importlib.metadata.version("kubernetes"),
+        "kubernetes_client": importlib.metadata.version("kubernetes"), "revision": revision(),
     }

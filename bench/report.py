@@ -226,7 +226,7 @@ def write(results: dict[str, Any], md: Path, png: Path) -> str:
     env = (f"{m['nproc']} CPUs ({m['cpu']}), {m['memory_gib']} GiB memory, load average {m['loadavg_start']:.1f} at "
            f"the start and {m.get('loadavg_end', 0):.1f} at the end; Kubernetes {m.get('kubernetes', '?')} "
            f"(kube-apiserver, etcd, kwok from hack/cluster.sh), Python {m['python']}, kopf {m['kopf']}, kernel "
-           f"{m['kernel']}")
+           f"{m['kernel']}; operator code at commit {m.get('revision', '?')}")
     failed = [r for r in results["sizes"] if "error" in r]
     st = results["settings"]
     text = [
