@@ -31,8 +31,8 @@ test-decode-path: $(PY) ## the real SGLang wheels of every supported version, on
 	bash hack/decode-path-env.sh
 	$(PY) -m pytest tests/decode_path
 
-test-cluster: $(PY) cluster-build ## the real control plane on 127.0.0.1 (kube-apiserver, etcd, kwok)
-	$(PY) -m pytest tests/cluster
+test-cluster: $(PY) cluster-build ## the real control plane on 127.0.0.1: operator, webhook, chart, reliability (CI size), bench smoke
+	$(PY) -m pytest tests/cluster tests/reliability tests/bench
 
 demo: $(PY) ## the operator end to end on the local control plane: CRD, operator, the seed example, Ready
 	bash hack/demo.sh
