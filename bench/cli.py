@@ -22,6 +22,10 @@ from bench.recorder import Recorder
 SPARE_NODES = 2  # scale samples run one at a time on each side: one extra decode pod at a time
 
 
+def nodes_for(n: int) -> int:
+    return W.NODES_PER_SPS * n + SPARE_NODES
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="1,100,1000", help="numbers of SpecServings, comma-separated (default %(default)s)")
@@ -43,7 +47,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                         "8-GPU nodes); the bench then stops nothing")
     p.add_argument("--cluster-name", default=os.environ.get("SPECSERVING_BENCH_CLUSTER_NAME", "specserving-bench"),
                    help="the kwokctl cluster the bench starts (default %(default)s)")
-    p.add_argument("--keep-cluster", action="store_true", help="leave the cluster the bench started running")
+    p.add_argument("--keep-cluster", action="store_true", help="leave the cluster the bench started running (it is "
+                                                                "recreated for each N, with 2N+2 nodes)")
     p.add_argument("--timeout-per-sps", type=float, default=1.0,
                    help="seconds of waiting allowed per SpecServing on top of 120 s (default %(default)s)")
     p.add_argument("--profile", action="store_true",
@@ -136,27 +141,29 @@ def main(argv: list[str] | None = None) -> int:
                    webhook_seconds=args.webhook_seconds, out_dir=work, timeout_per_sps=args.timeout_per_sps,
                    profile=args.profile)
     info = C.machine()
-    nodes = W.NODES_PER_SPS * max(sizes) + SPARE_NODES
     t0 = time.monotonic()
-    if args.kubeconfig:
-        cl = C.attach(args.kubeconfig)
-    else:
-        cl = C.start(args.cluster_name, nodes)
     results: dict[str, Any] = {"machine": info, "settings": {
         "sizes": sizes, "idle_seconds": s.idle_seconds, "resync_seconds": s.resync(),
         "scale_samples": s.scale_samples, "webhook_rates": list(s.webhook_rates), "webhook_seconds": s.webhook_seconds,
-        "nodes": nodes}, "sizes": [], "webhook": {"n": sizes[0], "rates": []},
-        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+        "nodes": "external cluster" if args.kubeconfig else ", ".join(str(nodes_for(n)) for n in sizes)},
+        "sizes": [], "webhook": {"n": sizes[0], "rates": []}, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     rc = 0
+    cl: C.Cluster | None = None
     try:
-        info["kubernetes"] = cl.version()
-        cl.install_crd()
-        W.check_cli_render("bench-render-check", work, cl.env)
         for k, n in enumerate(sizes):
             C.log(f"--- N={n} ---")
             try:
-                results["sizes"].append(run_size(cl, n, s, args.operator_arg,
-                                                 results["webhook"]["rates"] if k == 0 else None))
+                # Each N gets a cluster with the nodes it needs (hack/cluster.sh up recreates the cluster when the
+                # node count changes), so small N do not pay for thousands of idle fake nodes.
+                if cl is None or not args.kubeconfig:
+                    cl = C.attach(args.kubeconfig) if args.kubeconfig else C.start(args.cluster_name, nodes_for(n))
+                    info["kubernetes"] = cl.version()
+                    cl.install_crd()
+                    if k == 0:
+                        W.check_cli_render("bench-render-check", work, cl.env)
+                result = run_size(cl, n, s, args.operator_arg, results["webhook"]["rates"] if k == 0 else None)
+                result["nodes"] = cl.gpu_nodes_ready()
+                results["sizes"].append(result)
             except Exception as exc:  # noqa: BLE001 - report what was measured, and why the rest was not
                 traceback.print_exc()
                 results["sizes"].append({"n": n, "error": f"{type(exc).__name__}: {exc}"})
@@ -164,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         results["seconds"] = time.monotonic() - t0
         info["loadavg_end"] = os.getloadavg()[0]
-        if not args.keep_cluster:
+        if cl is not None and not args.keep_cluster:
             C.stop(cl)
     out_json = Path(args.out_json)
     out_json.parent.mkdir(parents=True, exist_ok=True)

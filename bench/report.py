@@ -185,8 +185,9 @@ def markdown_table(header: list[str], body: list[list[str]]) -> str:
 
 
 METHOD = """\
-`make bench` (`python -m bench --sizes 1,100,1000`) starts its own local control plane (`hack/cluster.sh up`,
-cluster `specserving-bench`, 2N+2 fake 8-GPU nodes from kwok, which also plays the containers), and for each N:
+`make bench` (`python -m bench --sizes 1,100,1000`) starts, for each N, its own local control plane
+(`hack/cluster.sh up`, cluster `specserving-bench`, 2N+2 fake 8-GPU nodes from kwok, which also plays the
+containers; the cluster is recreated when N changes) and on it:
 
 1. **Baseline**: `specserving render` of N SpecServings (in process; checked byte-equal with the CLI on one
    object) applied with one `kubectl apply --server-side -f` in namespace `bench-base-N`; then `kubectl scale
@@ -235,7 +236,7 @@ def write(results: dict[str, Any], md: Path, png: Path) -> str:
         f"Settings: sizes {', '.join(map(str, st['sizes']))}; idle window {st['idle_seconds']:g} s with a resync "
         f"every {st['resync_seconds']:g} s; {st['scale_samples']} scale samples per side; webhook at "
         f"{', '.join(f'{x:g}' for x in st['webhook_rates'])} requests/s for {st['webhook_seconds']:g} s per series; "
-        f"{st['nodes']} fake nodes.", "",
+        f"fake 8-GPU nodes for each N: {st['nodes']}.", "",
         "## Targets", "", target_table, "",
         "## Every figure", "", figures, "",
         f"![apply latency against N]({png.name})", "",
