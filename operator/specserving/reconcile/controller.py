@@ -68,6 +68,11 @@ class Rejected(Exception):
     """The spec is invalid: no children. Retrying cannot help until the spec changes."""
 
 
+class Gone(Exception):
+    """The SpecServing was deleted while a pass ran (its status write found no object): nothing is left to do;
+    the watch's DELETED event forgets it."""
+
+
 class Blocked(Exception):
     """The children cannot be applied now (a missing CRD, an image that cannot run the spec, a refused child)."""
 
@@ -80,6 +85,7 @@ class Blocked(Exception):
 class _Applied:
     digest: str
     resource_version: str
+    uid: str = ""
 
 
 @dataclass
@@ -91,6 +97,9 @@ class OwnerState:
     draining: bool = False
     plan: Plan | None = None
     applied: dict[ChildRef, _Applied] = field(default_factory=dict)
+    # The uid of the last deletion the watch showed per child: an object we applied that is already gone must be
+    # applied again, even when its DELETED event came before our apply call returned.
+    deleted: dict[ChildRef, str] = field(default_factory=dict)
     applied_generation: int | None = None
     # The status before and after our last write, to tell a stale watch view from a fresh one.
     written: tuple[Any, dict[str, Any]] | None = None
@@ -173,8 +182,12 @@ class Controller:
 
     async def _drain(self, key: Key, st: OwnerState) -> None:
         try:
-            async with st.lock:
-                while st.dirty:
+            while st.dirty:
+                # The lock is taken per pass, not across the loop: the kopf handler of this SpecServing waits on
+                # it, and kopf updates this SpecServing's index entry (a new generation, its deletion) only after
+                # that handler returns. Held across passes that pokes keep renewing (resyncs, pod and child events),
+                # it starved the handler, so passes went on with a stale body, or for an owner already deleted.
+                async with st.lock:
                     st.dirty = False
                     body = self.owner(key)
                     if body is None:
@@ -209,9 +222,11 @@ class Controller:
             if key[0] == namespace and ip is not None and ip.build_key == build_key:
                 self.poke(key)
 
-    def child_event(self, key: Key, ref: ChildRef, deleted: bool) -> None:
+    def child_event(self, key: Key, ref: ChildRef, deleted: bool, uid: str = "") -> None:
         if deleted:
-            self.state(key).applied.pop(ref, None)
+            st = self.state(key)
+            st.applied.pop(ref, None)
+            st.deleted[ref] = uid
         self.poke(key)
 
     def forget(self, key: Key) -> None:
@@ -233,6 +248,10 @@ class Controller:
         result, reason = ERROR, None
         try:
             result = await self._converge(key, body)
+            return result
+        except Gone as exc:
+            log.info("%s", exc)
+            result = APPLIED
             return result
         except Rejected:
             result, reason = REJECTED, R.INVALID_SPEC
@@ -313,11 +332,12 @@ class Controller:
         for desired, dig in zip(rendered, st.digests[1], strict=True):
             ref = ref_of(desired)
             seen, mine = observed.get(ref), st.applied.get(ref)
-            if mine is not None and mine.digest == dig and (seen is None or seen.resource_version ==
-                                                             mine.resource_version):
+            if mine is not None and mine.digest == dig and (
+                    seen.resource_version == mine.resource_version if seen is not None
+                    else st.deleted.get(ref) != mine.uid):
                 continue  # applied by us and unchanged since (or the watch has not caught up yet)
             if not needs_apply(desired, seen):
-                st.applied[ref] = _Applied(dig, seen.resource_version if seen else "")
+                st.applied[ref] = _Applied(dig, seen.resource_version if seen else "", seen.uid if seen else "")
                 continue
             res = await asyncio.to_thread(self.kube.resource, desired["apiVersion"], desired["kind"])
             assert res is not None  # _check_kinds ran
@@ -325,7 +345,7 @@ class Controller:
             rv = out.get("metadata", {}).get("resourceVersion", "")
             changed = seen is None or rv != seen.resource_version
             self.metrics.child_applies.labels(desired["kind"], "changed" if changed else "unchanged").inc()
-            st.applied[ref] = _Applied(dig, rv)
+            st.applied[ref] = _Applied(dig, rv, out.get("metadata", {}).get("uid", ""))
             if seen is None:
                 created.append(str(ref))
             elif changed:
@@ -481,8 +501,13 @@ class Controller:
         new = S.compute(obs, self.clock())
         patch = S.patch_for(old, new)
         if patch is not None:
-            await asyncio.to_thread(self.kube.merge_patch, SPECSERVINGS, key[0], key[1], {"status": patch},
-                                    "status")
+            try:
+                await asyncio.to_thread(self.kube.merge_patch, SPECSERVINGS, key[0], key[1], {"status": patch},
+                                        "status")
+            except ApiError as exc:
+                if exc.not_found:
+                    raise Gone(f"{key[0]}/{key[1]} was deleted during the pass") from None
+                raise
             self.metrics.status_writes.inc()
             st.written = (body.get("status"), new)
         for t in C.transitions((old or {}).get("conditions"), new["conditions"]):

@@ -151,7 +151,8 @@ def _watch_children(reg: kopf.OperatorRegistry, controller: Controller, kind: Ch
 
     async def child_event(*, type: str, namespace: str | None, labels: kopf.Labels, body: kopf.Body,  # noqa: A002
                           **_: Any) -> None:
-        controller.child_event((namespace or "", labels[L.INSTANCE]), ref_of(dict(body)), deleted=type == "DELETED")
+        controller.child_event((namespace or "", labels[L.INSTANCE]), ref_of(dict(body)), deleted=type == "DELETED",
+                               uid=body.get("metadata", {}).get("uid", ""))
 
     kopf.index(kind.group, kind.version, kind.plural, id=child_index(kind), labels=OWNED, registry=reg)(
         index_child)
