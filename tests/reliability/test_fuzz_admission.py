@@ -14,6 +14,7 @@ mutated objects the oracle finds valid, checked as valid).
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections import Counter
@@ -46,7 +47,8 @@ FIELD_PATH = re.compile(r"\b(?:spec|metadata)(?:\.[A-Za-z0-9]+|\[\d+\])*")
 
 
 def kubectl_apply(cluster: Cluster, ns: str, obj: dict[str, Any]) -> tuple[int, str]:
-    out = cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(obj), check=False)
+    # JSON, not YAML: kubectl reads YAML 1.1, where a key such as n or y that PyYAML leaves unquoted is a boolean.
+    out = cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(obj), check=False)
     return out.returncode, out.stdout + out.stderr
 
 

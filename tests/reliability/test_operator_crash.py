@@ -142,6 +142,8 @@ def test_sigkill_at_random_points_converges_without_duplicates_or_orphans(cluste
     try:
         mutate(KILLS + 1)
         last_restart = time.monotonic()
+        print("kill points: " + "; ".join(kill_points))
+        print("changes: " + " ".join(mutations), flush=True)
         converged = await_converged(cluster, ns, CONVERGE_TIMEOUT, f"{COUNT} SpecServings after {KILLS} SIGKILLs")
         samples = op.metrics()
         reconciles += total(samples, "specserving_reconcile_total")
@@ -154,8 +156,6 @@ def test_sigkill_at_random_points_converges_without_duplicates_or_orphans(cluste
            f"last changes; "
            f"{reconciles:.0f} reconcile passes counted (kills lose the counts since their last scrape), "
            f"{errors:.0f} errors in the last incarnation")
-    print("kill points: " + "; ".join(kill_points))
-    print("changes: " + " ".join(mutations))
     assert alive
 
     # A stored object the operator has not seen yet must not matter: convergence held at the end, with nothing

@@ -1,0 +1,138 @@
+"""Races the crash test found, pinned down without a cluster: the controller with a fake API and plain indexes.
+
+1. A child the operator creates and that is deleted at once (the garbage collector finishing an old owner's work,
+   a hand delete) may show up as a DELETED event before the operator's own apply call has returned. The next pass
+   must apply it again; it used to take the missing child for "applied, the watch has not caught up" for ever.
+2. A SpecServing deleted while its pass runs: the status write finds nothing (404). That ends the pass quietly; it
+   used to raise, retry with backoff and reach kopf's log as a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prometheus_client import CollectorRegistry
+from specserving.kube import ApiError, Resource
+from specserving.metrics import APPLIED, Metrics
+from specserving.reconcile.controller import OWNER_INDEX, POD_INDEX, Controller, child_index
+from specserving.reconcile.kinds import CHILD_KINDS
+from specserving.reconcile.observed import child_of, ref_of
+from specserving.rendering import render
+
+SEED = Path(__file__).resolve().parents[2] / "examples" / "dspark-pd-tp8dp8.yaml"
+KEY = ("ns", "dsv4-flash")
+
+
+class FakeKube:
+    """Answers discovery for every kind, records applies and status patches."""
+
+    def __init__(self) -> None:
+        self.applied: list[tuple[str, str]] = []
+        self.on_apply: dict[tuple[str, str], Any] = {}
+        self.status_error: ApiError | None = None
+        self.serial = 0
+
+    def resource(self, api_version: str, kind: str) -> Resource:
+        return Resource(api_version, kind, kind.lower() + "s", True)
+
+    def apply(self, res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+        self.serial += 1
+        what = (obj["kind"], obj["metadata"]["name"])
+        self.applied.append(what)
+        out = copy.deepcopy(obj)
+        out["metadata"].update(uid=f"uid-{self.serial}", resourceVersion=str(self.serial))
+        if what in self.on_apply:
+            self.on_apply.pop(what)(out)
+        return out
+
+    def merge_patch(self, res: Resource, namespace: str | None, name: str, patch: dict[str, Any],
+                    subresource: str | None = None) -> dict[str, Any]:
+        if subresource == "status" and self.status_error is not None:
+            raise self.status_error
+        return {}
+
+    def create_event(self, *args: Any) -> None:
+        pass
+
+
+def owner() -> dict[str, Any]:
+    obj: dict[str, Any] = yaml.safe_load(SEED.read_text())
+    obj["metadata"].update(namespace=KEY[0], uid="owner-1", generation=1)
+    return obj
+
+
+def controller(kube: FakeKube, body: dict[str, Any]) -> Controller:
+    c = Controller(kube, Metrics(CollectorRegistry()), probe_load=False)  # type: ignore[arg-type]
+    c.indices = {OWNER_INDEX: {KEY: [body]}, POD_INDEX: {}, **{child_index(k): {} for k in CHILD_KINDS}}
+    return c
+
+
+def observe(c: Controller, children: list[dict[str, Any]]) -> None:
+    """The watch shows exactly `children` (as the API returned them)."""
+    for kind in CHILD_KINDS:
+        found = [child_of(ch, workload=kind.workload) for ch in children if ch["kind"] == kind.kind]
+        c.indices[child_index(kind)] = {KEY: found} if found else {}  # type: ignore[index]
+
+
+def test_a_child_deleted_before_our_apply_returned_is_applied_again() -> None:
+    body = owner()
+    kube = FakeKube()
+    c = controller(kube, body)
+    pdb = ("PodDisruptionBudget", "dsv4-flash-decode")
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        created: list[dict[str, Any]] = []
+
+        def deleted_at_once(out: dict[str, Any]) -> None:
+            # Runs in the apply thread: the DELETED event is queued before the apply call's result.
+            loop.call_soon_threadsafe(lambda: c.child_event(KEY, ref_of(out), deleted=True,
+                                                            uid=out["metadata"]["uid"]))
+
+        kube.on_apply[pdb] = deleted_at_once
+        orig = kube.apply
+
+        def apply(res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+            out = orig(res, obj)
+            created.append(out)
+            return out
+
+        kube.apply = apply  # type: ignore[method-assign]
+        assert await c.reconcile(KEY, body) == APPLIED
+        assert pdb in kube.applied
+        await asyncio.sleep(0)  # let the queued DELETED event and its poke run
+        # The watch shows every child but the deleted one.
+        observe(c, [ch for ch in created if (ch["kind"], ch["metadata"]["name"]) != pdb])
+        kube.applied.clear()
+        assert await c.reconcile(KEY, body) == APPLIED
+        assert kube.applied == [pdb], "the deleted child must be applied again, and nothing else"
+
+    asyncio.run(run())
+
+
+def test_our_own_apply_not_yet_seen_is_not_applied_twice() -> None:
+    body = owner()
+    kube = FakeKube()
+    c = controller(kube, body)
+
+    async def run() -> None:
+        assert await c.reconcile(KEY, body) == APPLIED
+        assert len(kube.applied) == len(render(body))
+        kube.applied.clear()
+        assert await c.reconcile(KEY, body) == APPLIED  # the watch has shown nothing yet
+        assert kube.applied == []
+
+    asyncio.run(run())
+
+
+def test_an_owner_deleted_during_its_pass_ends_the_pass_quietly() -> None:
+    body = owner()
+    kube = FakeKube()
+    kube.status_error = ApiError(404, "Not Found", 'specservings.specserving.io "dsv4-flash" not found', "PATCH",
+                                 "/apis/specserving.io/v1alpha1/namespaces/ns/specservings/dsv4-flash/status")
+    c = controller(kube, body)
+    assert asyncio.run(c.reconcile(KEY, body)) == APPLIED
