@@ -72,6 +72,9 @@ def run_size(cl: C.Cluster, n: int, s: M.Settings, extra: list[str], webhook: li
     free = cl.gpu_nodes_ready()
     if free < W.NODES_PER_SPS * n + SPARE_NODES:
         raise RuntimeError(f"N={n} needs {W.NODES_PER_SPS * n + SPARE_NODES} fake 8-GPU nodes, the cluster has {free}")
+    # One ClusterIP Service (the router's) per SpecServing on each side; the baseline's stay until the end.
+    if cl.ensure_service_ips(2 * n + 10):
+        C.log("added ServiceCIDR specserving-bench (10.8.0.0/16): the default range holds about 250 Services")
     base_rec, op_rec = Recorder(cl.api, base_ns), Recorder(cl.api, op_ns)
     base_rec.start()
     op_rec.start()

@@ -49,9 +49,27 @@ class Cluster:
             raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
         return proc
 
-    def kubectl_popen(self, *args: str, stdin: Any = None) -> subprocess.Popen[str]:
+    def kubectl_popen(self, *args: str, stderr: Any = subprocess.PIPE) -> subprocess.Popen[str]:
         return subprocess.Popen([str(self.bin_dir / "kubectl"), *args], env=self.env, text=True,
-                                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                stdout=subprocess.PIPE, stderr=stderr)
+
+    def ensure_service_ips(self, needed: int) -> bool:
+        """Room for `needed` ClusterIP Services. kube-apiserver's default range (10.0.0.0/24, which the local
+        control plane keeps) holds about 250; beyond that, add a ServiceCIDR (networking.k8s.io/v1) of 10.8.0.0/16.
+        Returns whether it added one."""
+        if needed <= 200:
+            return False
+        body = {"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
+                "metadata": {"name": "specserving-bench"}, "spec": {"cidrs": ["10.8.0.0/16"]}}
+        self.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(body))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            obj = self.api.get("/apis/networking.k8s.io/v1/servicecidrs/specserving-bench")
+            if any(c.get("type") == "Ready" and c.get("status") == "True"
+                   for c in (obj.get("status") or {}).get("conditions") or []):
+                return True
+            time.sleep(0.5)
+        raise RuntimeError("ServiceCIDR specserving-bench (10.8.0.0/16) did not become Ready in 60 s")
 
     def apiserver_metrics(self) -> dict[str, float]:
         """The API server's own /metrics (apiserver_request_total and the webhook histograms only)."""

@@ -57,11 +57,13 @@ class Settings:
 def apply_stream(cluster: Cluster, docs: list[dict[str, Any]], path: Path) -> list[float]:
     """kubectl apply --server-side -f FILE; the arrival time of each object's output line, in document order."""
     path.write_text(yaml.safe_dump_all(docs))
-    proc = cluster.kubectl_popen("apply", "--server-side", "--force-conflicts", "-f", str(path))
-    assert proc.stdout is not None and proc.stderr is not None
-    times = [time.monotonic() for _ in proc.stdout]
-    err = proc.stderr.read()
-    rc = proc.wait()
+    errors = path.with_suffix(".stderr")
+    with errors.open("w") as stderr:  # a file, not a pipe: kubectl must never block on what it says there
+        proc = cluster.kubectl_popen("apply", "--server-side", "--force-conflicts", "-f", str(path), stderr=stderr)
+        assert proc.stdout is not None
+        times = [time.monotonic() for _ in proc.stdout]
+        rc = proc.wait()
+    err = errors.read_text()
     if rc != 0 or len(times) != len(docs):
         raise RuntimeError(f"kubectl apply of {path} exited {rc} after {len(times)} of {len(docs)} objects: "
                            f"{err.strip()[-2000:]}")
