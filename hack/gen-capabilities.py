@@ -76,24 +76,33 @@ def install_pdfix(python: str, target: Path) -> None:
         )
 
 
-def probe_command(env: dict[str, Any], pdfix_target: Path, *args: str) -> tuple[list[str], dict[str, str]]:
+def python_command(env: dict[str, Any], pdfix_target: Path, *args: str) -> tuple[list[str], dict[str, str]]:
+    """`python ARGS` in one release's interpreter with the fix importable (SGLang's plugin loader finds it)."""
     environ = dict(os.environ)
     environ["PYTHONPATH"] = os.pathsep.join([*env["pythonpath"], str(pdfix_target)])
     environ["PYTHONWARNINGS"] = "ignore"
     environ.pop("SGLANG_PLUGINS", None)
-    return [env["python"], "-m", "specserving_pdfix.probe", *args], environ
+    return [env["python"], *args], environ
 
 
-def run_probe(env: dict[str, Any], pdfix_target: Path, *args: str, timeout: float = 600) -> dict[str, Any]:
-    cmd, environ = probe_command(env, pdfix_target, *args)
-    proc = subprocess.run(cmd, env=environ, capture_output=True, text=True, timeout=timeout)
+def probe_command(env: dict[str, Any], pdfix_target: Path, *args: str) -> tuple[list[str], dict[str, str]]:
+    return python_command(env, pdfix_target, "-m", "specserving_pdfix.probe", *args)
+
+
+def parse_probe(proc: subprocess.CompletedProcess[str], cmd: list[str], environ: dict[str, str]) -> dict[str, Any]:
+    """The probe's JSON report, or a RuntimeError that says how to reproduce the failed run."""
     if proc.returncode not in (0, 1) or not proc.stdout.strip():
         raise RuntimeError(
-            f"probe {' '.join(args) or '(with fix)'} failed (exit {proc.returncode}) in {env['python']} "
+            f"probe {' '.join(cmd[3:]) or '(with fix)'} failed (exit {proc.returncode}) in {cmd[0]} "
             f"with PYTHONPATH={environ['PYTHONPATH']}:\n{proc.stderr[-4000:]}"
         )
     report: dict[str, Any] = json.loads(proc.stdout)
     return report
+
+
+def run_probe(env: dict[str, Any], pdfix_target: Path, *args: str, timeout: float = 600) -> dict[str, Any]:
+    cmd, environ = probe_command(env, pdfix_target, *args)
+    return parse_probe(subprocess.run(cmd, env=environ, capture_output=True, text=True, timeout=timeout), cmd, environ)
 
 
 def probe_version(env: dict[str, Any], pdfix_target: Path) -> dict[str, Any]:

@@ -4,12 +4,9 @@ with no draft input), and idempotence."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import pytest
 
-from .conftest import run_script
+from .conftest import Runner, runs_for, script_run
 
 pytestmark = pytest.mark.decode_path
 
@@ -51,9 +48,9 @@ print(json.dumps({"before": before, "after": fill(), "patches": sorted(state["pa
 
 
 @pytest.mark.parametrize(("version", "patched"), [("0.5.16", True), ("0.5.17", False)])
-def test_idle_draft_batch_gets_original_global_num_tokens(envs: dict[str, Any], pdfix_site: Path, version: str,
-                                                          patched: bool) -> None:
-    out = run_script(envs, pdfix_site, version, IDLE_METADATA)
+@runs_for(lambda version, patched: [script_run(version, IDLE_METADATA)])
+def test_idle_draft_batch_gets_original_global_num_tokens(runner: Runner, version: str, patched: bool) -> None:
+    out = runner.json(script_run(version, IDLE_METADATA))
     assert out["after"] == [2, 0]
     if patched:
         assert out["before"] is None  # the 0.5.16 bug: can_run_graph would take max(None)
@@ -106,8 +103,9 @@ print(json.dumps(out))
 
 
 @pytest.mark.parametrize("version", ["0.5.14", "0.5.16", "0.5.19", "0.5.23"])
-def test_decode_guard(envs: dict[str, Any], pdfix_site: Path, version: str) -> None:
-    out = run_script(envs, pdfix_site, version, DECODE_GUARD)
+@runs_for(lambda version: [script_run(version, DECODE_GUARD)])
+def test_decode_guard(runner: Runner, version: str) -> None:
+    out = runner.json(script_run(version, DECODE_GUARD))
     assert out["idempotent"] is True
     family = ["DFLASH"] + (["DSPARK"] if version >= "0.5.16" else [])
     for alg in family:
@@ -127,6 +125,7 @@ print(json.dumps({"entry_points": eps}))
 """
 
 
-def test_entry_point_is_registered(envs: dict[str, Any], pdfix_site: Path) -> None:
-    out = run_script(envs, pdfix_site, "0.5.23", PLUGIN)
+@runs_for(lambda: [script_run("0.5.23", PLUGIN)])
+def test_entry_point_is_registered(runner: Runner) -> None:
+    out = runner.json(script_run("0.5.23", PLUGIN))
     assert "specserving_pdfix=specserving_pdfix.plugin:load" in out["entry_points"]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
-from .conftest import VERSIONS, run_in
+from .conftest import VERSIONS, Runner, python_run, runs_for
 
 pytestmark = pytest.mark.decode_path
 
@@ -132,9 +132,9 @@ def test_upstream_builders_run_on_0_5_23(reports: dict[str, Any]) -> None:
         ("0.5.15", ["--require", "DSPARK"], 1, "DSPARK not in this SGLang's SpeculativeAlgorithm"),
     ],
 )
-def test_require_exit_status(envs: dict[str, Any], pdfix_site: Any, version: str, args: list[str], code: int,
-                             stderr_has: str) -> None:
-    proc = run_in(envs, pdfix_site, version, ["-m", "specserving_pdfix.probe", *args])
+@runs_for(lambda version, args, code, stderr_has: [python_run(version, "-m", "specserving_pdfix.probe", *args)])
+def test_require_exit_status(runner: Runner, version: str, args: list[str], code: int, stderr_has: str) -> None:
+    proc = runner.result(python_run(version, "-m", "specserving_pdfix.probe", *args))
     assert proc.returncode == code, proc.stderr[-3000:]
     if code:
         lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("specserving_pdfix.probe:")]

@@ -4,20 +4,17 @@ by the `ServerArgs` parser of the SGLang release its image carries, the router's
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from .conftest import ROOT, gen, run_script
+from .conftest import ROOT, ROUTER_VERSION, VERSIONS, Run, Runner, router_dir, router_run, runs_for, script_run
 
 pytestmark = pytest.mark.decode_path
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
-ROUTER_VERSION = "0.3.2"
 SERVER_MODULES = ("sglang.launch_server", "sglang.srt.server", "sglang")
 
 
@@ -78,37 +75,44 @@ def test_examples_exist() -> None:
     assert EXAMPLES, "no examples/*.yaml to check"
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
-def test_server_flags_accepted(envs: dict[str, Any], pdfix_site: Path, example: Path) -> None:
-    servers = [(role, version, c) for role, version, c in _containers(example) if role in ("prefill", "decode")]
-    assert {role for role, _, _ in servers} == {"prefill", "decode"}, example.name
+def _server_runs(example: Path) -> list[tuple[str, list[str], Run]]:
+    """(version, roles, run) per SGLang release the example's prefill and decode images carry."""
     by_version: dict[str, list[tuple[str, list[str]]]] = {}
-    for role, version, container in servers:
-        assert version in envs, f"{example.name}: the image's SGLang version {version!r} is not in the decode_path tier"
+    for role, version, container in _containers(example):
+        if role in ("prefill", "decode"):
+            by_version.setdefault(str(version), []).append((role, container["args"]))
+    return [
+        (version, [role for role, _ in items],
+         script_run(version, PARSE_SERVER.replace("ARGS", json.dumps([args for _, args in items]))))
+        for version, items in by_version.items()
+    ]
+
+
+def _router_run(example: Path) -> Run:
+    routers = [c for role, _, c in _containers(example) if role == "router"]
+    return router_run(PARSE_ROUTER.replace("ARGS", json.dumps([c["args"] for c in routers])))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+@runs_for(lambda example: [run for version, _, run in _server_runs(example) if version in VERSIONS])
+def test_server_flags_accepted(runner: Runner, example: Path) -> None:
+    servers = [(role, c) for role, _, c in _containers(example) if role in ("prefill", "decode")]
+    assert {role for role, _ in servers} == {"prefill", "decode"}, example.name
+    for _, container in servers:
         command = container.get("command") or []
         assert any(part in SERVER_MODULES or part == "serve" for part in command), command
-        by_version.setdefault(version, []).append((role, container["args"]))
-    for version, items in by_version.items():
-        script = PARSE_SERVER.replace("ARGS", json.dumps([args for _, args in items]))
-        errors = run_script(envs, pdfix_site, version, script)
-        rejected = {role: err for (role, _), err in zip(items, errors) if err}
+    for version, roles, run in _server_runs(example):
+        assert version in VERSIONS, f"{example.name}: the image's SGLang version {version!r} is not in the decode_path tier"
+        rejected = {role: err for role, err in zip(roles, runner.json(run)) if err}
         # allow_abbrev=False: a flag must be spelled as SGLang defines it, not as a prefix that happens to match.
         assert not rejected, f"{example.name}: sglang {version} rejects the rendered args: {rejected}"
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
-def test_router_flags_accepted(envs: dict[str, Any], example: Path) -> None:
-    routers = [c for role, _, c in _containers(example) if role == "router"]
-    assert routers, f"{example.name} renders no router"
-    router_dir = gen.cache_dir() / f"router-{ROUTER_VERSION}"
-    if not (router_dir / ".complete").exists():
-        pytest.fail(f"{router_dir} is missing: rerun bash hack/decode-path-env.sh", pytrace=False)
-    any_env = next(iter(envs.values()))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(router_dir), any_env["pythonpath"][-1]])
-    env["PYTHONWARNINGS"] = "ignore"
-    script = PARSE_ROUTER.replace("ARGS", json.dumps([c["args"] for c in routers]))
-    proc = subprocess.run([any_env["python"], "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    errors = json.loads(proc.stdout.strip().splitlines()[-1])
+@runs_for(lambda example: [_router_run(example)])
+def test_router_flags_accepted(runner: Runner, example: Path) -> None:
+    assert any(role == "router" for role, _, _ in _containers(example)), f"{example.name} renders no router"
+    if not (router_dir() / ".complete").exists():
+        pytest.fail(f"{router_dir()} is missing: rerun bash hack/decode-path-env.sh", pytrace=False)
+    errors = runner.json(_router_run(example))
     assert not any(errors), f"{example.name}: sglang-router {ROUTER_VERSION} rejects the rendered args: {errors}"
