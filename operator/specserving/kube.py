@@ -39,9 +39,16 @@ class StartupError(Exception):
 class ApiError(Exception):
     """The API server answered with an error status (or could not be reached: status 0)."""
 
-    def __init__(self, status: int, reason: str, message: str, method: str = "", path: str = "") -> None:
+    def __init__(self, status: int, reason: str, message: str, method: str = "", path: str = "",
+                 causes: tuple[str, ...] = ()) -> None:
         super().__init__(f"{method} {path}: {status} {reason}: {message}".strip())
         self.status, self.reason, self.message = status, reason, message
+        self.causes = causes  # the reasons in the Status's details.causes
+
+    @property
+    def namespace_terminating(self) -> bool:
+        """Refused because the namespace is being deleted (not a permission problem): nothing to do there."""
+        return self.status == 403 and "NamespaceTerminating" in self.causes
 
     @property
     def not_found(self) -> bool:
@@ -161,11 +168,14 @@ class Kube:
         self._count(verb, resource, resp.status)
         if not 200 <= resp.status < 300:
             message = data.decode(errors="replace") if data else ""
+            causes: tuple[str, ...] = ()
             try:
-                message = json.loads(message).get("message", message)
+                status = json.loads(message)
+                causes = tuple(str(c.get("reason", "")) for c in (status.get("details") or {}).get("causes") or ())
+                message = status.get("message", message)
             except (ValueError, AttributeError):
                 pass
-            raise ApiError(resp.status, resp.reason or "", message, method, path)
+            raise ApiError(resp.status, resp.reason or "", message, method, path, causes)
         return json.loads(data) if data else None
 
     # -- discovery ------------------------------------------------------------------------------------------

@@ -523,4 +523,6 @@ class Controller:
         try:
             await asyncio.to_thread(self.kube.create_event, body, "Warning" if warn else "Normal", reason, message)
         except ApiError as exc:
-            log.warning("cannot post event %s on %s: %s", reason, body["metadata"]["name"], exc)
+            # A namespace being deleted refuses new Events while its SpecServings are still being removed.
+            (log.debug if exc.namespace_terminating else log.warning)(
+                "cannot post event %s on %s: %s", reason, body["metadata"]["name"], exc)
