@@ -37,8 +37,8 @@ test-cluster: $(PY) cluster-build ## the real control plane on 127.0.0.1: operat
 demo: $(PY) ## the operator end to end on the local control plane: CRD, operator, the seed example, Ready
 	bash hack/demo.sh
 
-bench: $(PY) cluster-build ## full benchmarks (N = 1, 100, 1000) on the local control plane; writes docs/benchmarks.md
-	$(PY) -m bench --sizes 1,100,1000
+bench: $(PY) cluster-build ## full benchmarks (N = 1, 100, 1000; a 10-minute idle window at 1000) on the local control plane; writes docs/benchmarks.md
+	$(PY) -m bench --sizes 1,100,1000 --idle-seconds 60,60,600
 
 reliability: $(PY) cluster-build ## the full-size reliability and security suite on the local control plane
 	SPECSERVING_RELIABILITY=full $(PY) -m pytest tests/reliability

@@ -4,6 +4,7 @@ results (docs/benchmarks.md, docs/benchmarks-latency.png, a JSON file) and print
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -29,10 +30,11 @@ def nodes_for(n: int) -> int:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="1,100,1000", help="numbers of SpecServings, comma-separated (default %(default)s)")
-    p.add_argument("--idle-seconds", type=float, default=30.0,
-                   help="the idle window in which no write may happen (600 for the 10-minute check; default %(default)s)")
+    p.add_argument("--idle-seconds", default="30",
+                   help="the idle window in which no write may happen: one number for every size, or one per size, "
+                        "comma-separated (600 for the 10-minute check; default %(default)s)")
     p.add_argument("--resync-seconds", type=float, default=None,
-                   help="the operator's --resync-seconds (default: a fifth of the idle window, at least 2)")
+                   help="the operator's --resync-seconds (default: a fifth of the size's idle window, at least 2)")
     p.add_argument("--scale-samples", type=int, default=3, help="kubectl scale samples per side and N (default %(default)s)")
     p.add_argument("--webhook-rates", default="20,100",
                    help="request rates (per second) for the webhook, comma-separated (default %(default)s); measured "
@@ -49,7 +51,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="the kwokctl cluster the bench starts (default %(default)s)")
     p.add_argument("--keep-cluster", action="store_true", help="leave the cluster the bench started running (it is "
                                                                 "recreated for each N, with 2N+2 nodes)")
-    p.add_argument("--timeout-per-sps", type=float, default=1.0,
+    p.add_argument("--timeout-per-sps", type=float, default=3.0,
                    help="seconds of waiting allowed per SpecServing on top of 120 s (default %(default)s)")
     p.add_argument("--profile", action="store_true",
                    help="sample the operator with py-spy during the apply and webhook phases (collapsed stacks and "
@@ -59,9 +61,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def run_size(cl: C.Cluster, n: int, s: M.Settings, extra: list[str], webhook: list[dict[str, Any]] | None
-             ) -> dict[str, Any]:
-    """Measure one N; with `webhook` (a list), also measure the webhook at every rate and append the results."""
+def run_size(cl: C.Cluster, n: int, s: M.Settings, extra: list[str], webhook: list[dict[str, Any]] | None,
+             reused: bool = True) -> dict[str, Any]:
+    """Measure one N; with `webhook` (a list), also measure the webhook at every rate and append the results.
+    Unless the cluster is `reused` after this N, its namespaces are deleted without waiting: the cluster goes
+    next, and waiting for the garbage collector to remove thousands of objects would only add minutes."""
     op_ns, base_ns = f"bench-op-{n}", f"bench-base-{n}"
     started = time.monotonic()
     for ns in (op_ns, base_ns):
@@ -106,7 +110,10 @@ def run_size(cl: C.Cluster, n: int, s: M.Settings, extra: list[str], webhook: li
         if errors:
             C.log(f"watch hiccups (retried): {errors}")
         for ns in (op_ns, base_ns):
-            cl.delete_namespace(ns, s.timeout(n) * 3)
+            if reused:
+                cl.delete_namespace(ns, s.timeout(n) * 3)
+            else:
+                cl.kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
     result["seconds"] = time.monotonic() - started
     return result
 
@@ -132,13 +139,24 @@ def wait_webhook(cl: C.Cluster, ns: str, s: M.Settings) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+    try:
+        sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+        idles = [float(x) for x in args.idle_seconds.split(",") if x.strip()]
+    except ValueError as exc:
+        print(f"python -m bench: --sizes and --idle-seconds take comma-separated numbers ({exc})", file=sys.stderr)
+        return 2
     if not sizes or min(sizes) < 1:
         print("python -m bench: --sizes needs positive integers", file=sys.stderr)
         return 2
+    if len(idles) == 1:
+        idles *= len(sizes)
+    if len(idles) != len(sizes) or min(idles) <= 0:
+        print(f"python -m bench: --idle-seconds needs one positive number, or one for each of the {len(sizes)} sizes",
+              file=sys.stderr)
+        return 2
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
-    s = M.Settings(idle_seconds=args.idle_seconds, resync_seconds=args.resync_seconds,
+    s = M.Settings(idle_seconds=idles[0], resync_seconds=args.resync_seconds,
                    scale_samples=args.scale_samples,
                    webhook_rates=tuple(float(x) for x in args.webhook_rates.split(",") if x.strip()),
                    webhook_seconds=args.webhook_seconds, out_dir=work, timeout_per_sps=args.timeout_per_sps,
@@ -146,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     info = C.machine()
     t0 = time.monotonic()
     results: dict[str, Any] = {"machine": info, "settings": {
-        "sizes": sizes, "idle_seconds": s.idle_seconds, "resync_seconds": s.resync(),
+        "sizes": sizes, "idle_seconds": idles,
+        "resync_seconds": [dataclasses.replace(s, idle_seconds=x).resync() for x in idles],
         "scale_samples": s.scale_samples, "webhook_rates": list(s.webhook_rates), "webhook_seconds": s.webhook_seconds,
         "nodes": "external cluster" if args.kubeconfig else ", ".join(str(nodes_for(n)) for n in sizes)},
         "sizes": [], "webhook": {"n": sizes[0], "rates": []}, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
@@ -164,7 +183,10 @@ def main(argv: list[str] | None = None) -> int:
                     cl.install_crd()
                     if k == 0:
                         W.check_cli_render("bench-render-check", work, cl.env)
-                result = run_size(cl, n, s, args.operator_arg, results["webhook"]["rates"] if k == 0 else None)
+                # The next N reuses this cluster when it is external or needs as many nodes; otherwise it goes.
+                reused = bool(args.kubeconfig) or (k + 1 < len(sizes) and nodes_for(sizes[k + 1]) == nodes_for(n))
+                result = run_size(cl, n, dataclasses.replace(s, idle_seconds=idles[k]), args.operator_arg,
+                                  results["webhook"]["rates"] if k == 0 else None, reused=reused)
                 result["nodes"] = cl.gpu_nodes_ready()
                 results["sizes"].append(result)
             except Exception as exc:  # noqa: BLE001 - report what was measured, and why the rest was not

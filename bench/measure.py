@@ -44,7 +44,7 @@ class Settings:
     webhook_seconds: float = 10.0
     out_dir: Path = Path("out/bench")
     timeout_base: float = 120.0
-    timeout_per_sps: float = 1.0
+    timeout_per_sps: float = 3.0
     profile: bool = False  # py-spy the operator during the apply and webhook phases
 
     def resync(self) -> float:

@@ -25,6 +25,11 @@ def _f(x: Any, unit: str = "", digits: int = 2) -> str:
     return f"{x}{unit}"
 
 
+def _per_size(x: float | list[float]) -> str:
+    """One figure, or one per size (results written before per-size idle windows hold a single number)."""
+    return ", ".join(f"{v:g}" for v in x) if isinstance(x, list) else f"{x:g}"
+
+
 def _r(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
@@ -185,7 +190,7 @@ def markdown_table(header: list[str], body: list[list[str]]) -> str:
 
 
 METHOD = """\
-`make bench` (`python -m bench --sizes 1,100,1000`) starts, for each N, its own local control plane
+`make bench` (`python -m bench --sizes 1,100,1000 --idle-seconds 60,60,600`) starts, for each N, its own local control plane
 (`hack/cluster.sh up`, cluster `specserving-bench`, 2N+2 fake 8-GPU nodes from kwok, which also plays the
 containers; the cluster is recreated when N changes) and on it:
 
@@ -233,8 +238,8 @@ def write(results: dict[str, Any], md: Path, png: Path) -> str:
     text = [
         "# Benchmarks", "",
         f"Measured {results['started']} in {results['seconds'] / 60:.0f} min on {env}.", "",
-        f"Settings: sizes {', '.join(map(str, st['sizes']))}; idle window {st['idle_seconds']:g} s with a resync "
-        f"every {st['resync_seconds']:g} s; {st['scale_samples']} scale samples per side; webhook at "
+        f"Settings: sizes {', '.join(map(str, st['sizes']))}; idle window {_per_size(st['idle_seconds'])} s with "
+        f"a resync every {_per_size(st['resync_seconds'])} s; {st['scale_samples']} scale samples per side; webhook at "
         f"{', '.join(f'{x:g}' for x in st['webhook_rates'])} requests/s for {st['webhook_seconds']:g} s per series; "
         f"fake 8-GPU nodes for each N: {st['nodes']}.", "",
         "## Targets", "", target_table, "",
