@@ -285,7 +285,7 @@ def plot(results: dict[str, Any], png: Path) -> None:
         ax.set_yscale("log")
         ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
         ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
-        ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # labelled minor ticks overlap
         ax.set_xlabel("SpecServings applied at once (N)")
         ax.set_ylabel("seconds")
         ax.set_title(title)
