@@ -329,6 +329,7 @@ class Controller:
         created, repaired = [], []
         if st.digests is None or st.digests[0] is not rendered:
             st.digests = (rendered, tuple(digest(d) for d in rendered))
+        pending: list[tuple[ChildRef, dict[str, Any], str, Child | None]] = []
         for desired, dig in zip(rendered, st.digests[1], strict=True):
             ref = ref_of(desired)
             seen, mine = observed.get(ref), st.applied.get(ref)
@@ -339,17 +340,28 @@ class Controller:
             if not needs_apply(desired, seen):
                 st.applied[ref] = _Applied(dig, seen.resource_version if seen else "", seen.uid if seen else "")
                 continue
-            res = await asyncio.to_thread(self.kube.resource, desired["apiVersion"], desired["kind"])
-            assert res is not None  # _check_kinds ran
-            out = await asyncio.to_thread(self.kube.apply, res, desired)
-            rv = out.get("metadata", {}).get("resourceVersion", "")
-            changed = seen is None or rv != seen.resource_version
-            self.metrics.child_applies.labels(desired["kind"], "changed" if changed else "unchanged").inc()
-            st.applied[ref] = _Applied(dig, rv, out.get("metadata", {}).get("uid", ""))
-            if seen is None:
-                created.append(str(ref))
-            elif changed:
-                repaired.append(str(ref))
+            pending.append((ref, desired, dig, seen))
+        # The children of one wave go to the API server at once. Workloads wait for the wave before them: a pod
+        # that names a ServiceAccount not created yet is refused, and its ReplicaSet then backs off.
+        for workloads in (False, True):
+            wave = [item for item in pending if kind_of(item[1]).workload is workloads]
+            answers = await asyncio.gather(*(asyncio.to_thread(self._apply_child, desired)
+                                             for _, desired, _, _ in wave), return_exceptions=True)
+            failure: BaseException | None = None
+            for (ref, desired, dig, seen), out in zip(wave, answers, strict=True):
+                if isinstance(out, BaseException):
+                    failure = failure or out
+                    continue
+                rv = out.get("metadata", {}).get("resourceVersion", "")
+                changed = seen is None or rv != seen.resource_version
+                self.metrics.child_applies.labels(desired["kind"], "changed" if changed else "unchanged").inc()
+                st.applied[ref] = _Applied(dig, rv, out.get("metadata", {}).get("uid", ""))
+                if seen is None:
+                    created.append(str(ref))
+                elif changed:
+                    repaired.append(str(ref))
+            if failure is not None:
+                raise failure
         new_generation = st.applied_generation != plan.generation
         st.applied_generation = plan.generation
         if created or repaired:
@@ -368,6 +380,13 @@ class Controller:
             st.applied.pop(child.ref, None)
             await self._event(body, R.CHILD_PRUNED, f"deleted {child.ref} ({row.kind} no longer rendered by "
                               f"generation {plan.generation})")
+
+    def _apply_child(self, desired: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply of one rendered child (in a worker thread); the API server's answer."""
+        res = self.kube.resource(desired["apiVersion"], desired["kind"])
+        assert res is not None  # _check_kinds ran
+        out: dict[str, Any] = self.kube.apply(res, desired)
+        return out
 
     # -- the image: base, build in progress, or built -----------------------------------------------------------
 
