@@ -5,6 +5,9 @@
    must apply it again; it used to take the missing child for "applied, the watch has not caught up" for ever.
 2. A SpecServing deleted while its pass runs: the status write finds nothing (404). That ends the pass quietly; it
    used to raise, retry with backoff and reach kopf's log as a traceback.
+3. A SpecServing whose namespace is being deleted: the API server refuses new children there (403, cause
+   NamespaceTerminating). That ends the pass quietly too; it used to report ApplyFailed, post a Warning event and
+   reach kopf's log as "Handler 'reconcile' failed temporarily: ... forbidden", which reads like missing RBAC.
 """
 
 from __future__ import annotations
@@ -34,12 +37,17 @@ class FakeKube:
         self.applied: list[tuple[str, str]] = []
         self.on_apply: dict[tuple[str, str], Any] = {}
         self.status_error: ApiError | None = None
+        self.apply_error: ApiError | None = None
+        self.status_patches: list[dict[str, Any]] = []
+        self.events: list[str] = []
         self.serial = 0
 
     def resource(self, api_version: str, kind: str) -> Resource:
         return Resource(api_version, kind, kind.lower() + "s", True)
 
     def apply(self, res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+        if self.apply_error is not None:
+            raise self.apply_error
         self.serial += 1
         what = (obj["kind"], obj["metadata"]["name"])
         self.applied.append(what)
@@ -51,12 +59,14 @@ class FakeKube:
 
     def merge_patch(self, res: Resource, namespace: str | None, name: str, patch: dict[str, Any],
                     subresource: str | None = None) -> dict[str, Any]:
-        if subresource == "status" and self.status_error is not None:
-            raise self.status_error
+        if subresource == "status":
+            if self.status_error is not None:
+                raise self.status_error
+            self.status_patches.append(patch)
         return {}
 
-    def create_event(self, *args: Any) -> None:
-        pass
+    def create_event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        self.events.append(reason)
 
 
 def owner() -> dict[str, Any]:
@@ -136,3 +146,15 @@ def test_an_owner_deleted_during_its_pass_ends_the_pass_quietly() -> None:
                                  "/apis/specserving.io/v1alpha1/namespaces/ns/specservings/dsv4-flash/status")
     c = controller(kube, body)
     assert asyncio.run(c.reconcile(KEY, body)) == APPLIED
+
+
+def test_an_owner_in_a_terminating_namespace_ends_the_pass_quietly() -> None:
+    body = owner()
+    kube = FakeKube()
+    kube.apply_error = ApiError(
+        403, "Forbidden", 'deployments.apps "dsv4-flash-decode" is forbidden: unable to create new content in '
+        "namespace ns because it is being terminated", "PATCH",
+        "/apis/apps/v1/namespaces/ns/deployments/dsv4-flash-decode", causes=("NamespaceTerminating",))
+    c = controller(kube, body)
+    assert asyncio.run(c.reconcile(KEY, body)) == APPLIED
+    assert kube.events == [] and kube.status_patches == [], "nothing reported as a failure"

@@ -69,8 +69,9 @@ class Rejected(Exception):
 
 
 class Gone(Exception):
-    """The SpecServing was deleted while a pass ran (its status write found no object): nothing is left to do;
-    the watch's DELETED event forgets it."""
+    """The SpecServing was deleted while a pass ran (its status write found no object), or its namespace is being
+    deleted (the API server refuses new children there): nothing is left to do; the watch's DELETED event forgets
+    it."""
 
 
 class Blocked(Exception):
@@ -300,6 +301,8 @@ class Controller:
             except Blocked as exc:
                 problem = exc
             except ApiError as exc:
+                if exc.namespace_terminating:
+                    raise Gone(f"{key[0]}/{key[1]}: its namespace is being deleted; no child is applied") from None
                 if exc.status in (0, 409, 429) or exc.status >= 500:
                     raise  # transient: retried with backoff, status untouched
                 problem = Blocked(R.APPLY_FAILED, str(exc), retry=APPLY_RETRY_SECONDS)
