@@ -13,6 +13,9 @@
 #   SPECSERVING_KWOK_WORKDIR  kwokctl's working dir (default $SPECSERVING_CACHE/kwok)
 #   SPECSERVING_NODES         number of fake GPU nodes `up` creates (default 8)
 #   SPECSERVING_GO_P          parallel Go compile jobs (default 2)
+#   SPECSERVING_REAL_NODE     1 (default): `up` also starts the real node (hack/node.sh: containerd, kubelet,
+#                             kube-proxy, a bridge and the local registry; root only, one cluster per machine);
+#                             0: fake nodes only
 # See docs/control-plane.md.
 set -euo pipefail
 
@@ -31,8 +34,11 @@ export KWOK_WORKDIR=${SPECSERVING_KWOK_WORKDIR:-$CACHE/kwok}
 CLUSTER_DIR=$KWOK_WORKDIR/clusters/$CLUSTER_NAME
 KUBECONFIG_PATH=$CLUSTER_DIR/kubeconfig.yaml
 NODES=${SPECSERVING_NODES:-8}
-BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl helm)
-STAMP="k8s=$K8S_VERSION etcd=$ETCD_VERSION kwok=$KWOK_VERSION helm=$HELM_VERSION"
+REAL_NODE=${SPECSERVING_REAL_NODE:-1}
+[[ $REAL_NODE == [01] ]] || { echo "cluster.sh: error: SPECSERVING_REAL_NODE must be 0 or 1, not '$REAL_NODE'" >&2; exit 2; }
+GATEWAY=10.88.0.1   # the real node's bridge address (hack/node.sh), where pods reach the API server
+BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy kwok kwokctl helm)
+STAMP="k8s=$K8S_VERSION node=kubelet,kube-proxy etcd=$ETCD_VERSION kwok=$KWOK_VERSION helm=$HELM_VERSION"
 
 log() { printf 'cluster.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -91,6 +97,8 @@ build_kube() {
         "k8s.io/kubernetes/cmd/kube-controller-manager@v$K8S_VERSION" \
         "k8s.io/kubernetes/cmd/kube-scheduler@v$K8S_VERSION" \
         "k8s.io/kubernetes/cmd/kubectl@v$K8S_VERSION" \
+        "k8s.io/kubernetes/cmd/kubelet@v$K8S_VERSION" \
+        "k8s.io/kubernetes/cmd/kube-proxy@v$K8S_VERSION" \
         "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION" \
         "sigs.k8s.io/kwok/cmd/kwokctl@v$KWOK_VERSION" \
         "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION"
@@ -108,6 +116,7 @@ build_kube() {
     go build -p "${SPECSERVING_GO_P:-2}" -o "$out/" -ldflags "$ldflags" \
         k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
         k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl \
+        k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy \
         sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl helm.sh/helm/v3/cmd/helm
 }
 
@@ -175,6 +184,29 @@ options:
   kectlBinary: $BIN/kectl
   cacheDir: $KWOK_WORKDIR/cache
 EOF
+    if [[ $REAL_NODE == 1 ]]; then
+        # Pods on the real node reach the API server through the kubernetes Service, whose endpoint is the
+        # advertised address: the bridge's gateway (the listener takes every local address, since kwokctl's own
+        # components dial 127.0.0.1). The serving certificate must name that address and the Service's ClusterIP.
+        # kwok must leave the real node to its kubelet: it plays only nodes annotated as fake.
+        cat <<EOF
+  kubeApiserverCertSANs: [$GATEWAY, 10.0.0.1]
+componentsPatches:
+- name: kube-apiserver
+  extraArgs:
+  - {key: bind-address, value: 0.0.0.0, override: true}
+  - {key: advertise-address, value: $GATEWAY}
+  # kubectl logs and exec reach the real kubelet at its InternalIP, as the cluster's admin (kwok's fake nodes have
+  # no InternalIP and are still reached by name).
+  - {key: kubelet-preferred-address-types, value: "InternalIP,Hostname"}
+  - {key: kubelet-client-certificate, value: $CLUSTER_DIR/pki/admin.crt}
+  - {key: kubelet-client-key, value: $CLUSTER_DIR/pki/admin.key}
+- name: kwok-controller
+  extraArgs:
+  - {key: manage-all-nodes, value: "false", override: true}
+  - {key: manage-nodes-with-annotation-selector, value: kwok.x-k8s.io/node=fake}
+EOF
+    fi
     local f
     for f in "$HERE"/kwok/stages/*.yaml; do
         printf -- '---\n'
@@ -288,6 +320,10 @@ cmd_up() {
         wait_until 60 "the default ServiceAccount" default_sa_ready
         log "cluster $CLUSTER_NAME is up in $(elapsed "$t")"
     fi
+    if [[ $REAL_NODE == 1 ]]; then
+        log "starting the real node ($(elapsed "$t"))"
+        bash "$HERE/node.sh" up "$CLUSTER_DIR" "$BIN" 8>&-
+    fi
     log "KUBECONFIG=$KUBECONFIG_PATH"
     echo "$KUBECONFIG_PATH"
 }
@@ -299,6 +335,8 @@ cmd_down() {
         return 0
     fi
     [[ -x $BIN/kwokctl ]] || die "$BIN/kwokctl is missing; cannot stop $CLUSTER_NAME cleanly (its pids: $CLUSTER_DIR/pids)"
+    # The real node (if this cluster has one) goes first, while its pods can still be stopped.
+    bash "$HERE/node.sh" down "$CLUSTER_DIR" "$BIN" 8>&-
     kwokctl delete cluster --kubeconfig "$KUBECONFIG_PATH"
     rm -f "$KWOK_WORKDIR/$CLUSTER_NAME.kwokctl.yaml"
     log "cluster $CLUSTER_NAME is stopped and deleted"

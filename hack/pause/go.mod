@@ -1,0 +1,3 @@
+module specserving.local/pause
+
+go 1.26
