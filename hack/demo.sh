@@ -1,96 +1,119 @@
 #!/usr/bin/env bash
-# hack/demo.sh (`make demo`): the operator end to end on the local control plane.
+# hack/demo.sh (`make demo`): the user's path on the local cluster, as a cluster admin and a serving engineer run it.
 #
-#   1. start the local control plane (hack/cluster.sh; the binaries are built once and cached)
-#   2. install the SpecServing CRD
-#   3. start `specserving run` in the background (log file below; stopped when this script exits)
-#   4. apply examples/dspark-pd-tp8dp8.yaml and wait for Ready
-#   5. print `kubectl get sps`, the children, the conditions, the events and the operator's metrics
+#   1. start the local control plane with kwok's fake 8-GPU RDMA nodes and one real node (hack/cluster.sh)
+#   2. build the operator image from images/operator/Dockerfile and push it to the local registry (hack/images.sh)
+#   3. helm install charts/specserving-operator into a Pod Security "restricted" namespace; both replicas run on
+#      the real node, the API server calls the webhook through its Service
+#   4. helm test (the hook Pod asks for a NGRAM dry run, which the webhook must refuse)
+#   5. kubectl apply the seed example and wait for Ready (serving pods land on the fake GPU nodes)
+#   6. kubectl apply a NGRAM variant: refused by the webhook, and not stored
+#   7. show what the operator made, and its metrics read through its Service
 #
-# The cluster stays up afterwards so you can look around (`make cluster-down` stops it).
-# Settings: DEMO_NAMESPACE (default specserving-demo), DEMO_EXAMPLE, DEMO_LOG, DEMO_TIMEOUT (seconds, default 180),
-# VENV (default .venv), SPECSERVING_CLUSTER_NAME (hack/cluster.sh's cluster name).
+# Everything is left running: the operator keeps reconciling after the script exits. The script ends by saying how
+# to look around and how to tear down. Running it again upgrades in place.
+# Settings: DEMO_NAMESPACE (default specserving-demo), DEMO_EXAMPLE, DEMO_TIMEOUT (seconds, default 180),
+# OPERATOR_NAMESPACE (default specserving-system), VENV (default .venv), SPECSERVING_CLUSTER_NAME.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 VENV=${VENV:-$REPO/.venv}
 NS=${DEMO_NAMESPACE:-specserving-demo}
+OPNS=${OPERATOR_NAMESPACE:-specserving-system}
+RELEASE=specserving-operator
 EXAMPLE=${DEMO_EXAMPLE:-examples/dspark-pd-tp8dp8.yaml}
-LOG=${DEMO_LOG:-$REPO/out/demo-operator.log}
 TIMEOUT=${DEMO_TIMEOUT:-180}
+STEPS=7
 STEP=0
 
-step() { STEP=$((STEP + 1)); printf '\n\033[1m==> [%d/8] %s\033[0m\n' "$STEP" "$*"; }
+step() { STEP=$((STEP + 1)); printf '\n\033[1m==> [%d/%d] %s\033[0m\n' "$STEP" "$STEPS" "$*"; }
 say() { printf '    %s\n' "$*"; }
 die() { printf 'demo.sh: error: %s\n' "$*" >&2; exit 1; }
-free_port() { "$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-[[ -x $VENV/bin/specserving ]] || die "$VENV/bin/specserving is missing; run 'make venv' first"
+[[ -x $VENV/bin/python ]] || die "$VENV/bin/python is missing; run 'make venv' first"
 NAME=$("$VENV/bin/python" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["metadata"]["name"])' "$EXAMPLE")
+[[ ${SPECSERVING_REAL_NODE:-1} == 1 ]] || die "make demo runs the operator on the real node; unset SPECSERVING_REAL_NODE"
 
-step "Starting the local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok's fake 8-GPU RDMA nodes (hack/cluster.sh; the first run builds the binaries, ~20 min on 2 cores, then they are cached)"
+step "Starting the local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok's fake 8-GPU RDMA nodes, and a real node (containerd, kubelet, kube-proxy) with a local registry (hack/cluster.sh; the first run builds the binaries, about 10-20 min on 2 cores, then they are cached)"
 bash hack/cluster.sh build
 bash hack/cluster.sh up >/dev/null
 eval "$(bash hack/cluster.sh env)"
 say "KUBECONFIG=$KUBECONFIG"
-kubectl get nodes -l type=kwok -o custom-columns='NODE:.metadata.name,GPUS:.status.allocatable.nvidia\.com/gpu,RDMA:.status.allocatable.rdma/ib' | head -4 || true
-say "..."
+kubectl get nodes -o custom-columns='NODE:.metadata.name,RUNTIME:.status.nodeInfo.containerRuntimeVersion,GPUS:.status.allocatable.nvidia\.com/gpu,RDMA:.status.allocatable.rdma/ib' | head -4
+say "... ($(kubectl get nodes -l type=kwok --no-headers | wc -l) fake GPU nodes in all)"
 
-step "Installing the SpecServing CRD (crds/specserving.io_specservings.yaml)"
-kubectl apply --server-side --force-conflicts -f crds/specserving.io_specservings.yaml
-kubectl wait --for=condition=Established crd/specservings.specserving.io --timeout=60s
+step "Building the operator image (images/operator/Dockerfile, buildah) and pushing it to the local registry"
+IMAGE=$(bash hack/images.sh operator)
+REPOSITORY=${IMAGE%@*}
+REPOSITORY=${REPOSITORY%:*}
+DIGEST=${IMAGE#*@}
+say "$IMAGE"
 
-step "Creating namespace $NS"
-kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f -
+step "helm install $RELEASE into namespace $OPNS (Pod Security: restricted)"
+kubectl create namespace "$OPNS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl label namespace "$OPNS" --overwrite pod-security.kubernetes.io/enforce=restricted \
+    pod-security.kubernetes.io/enforce-version=latest >/dev/null
+# --wait: both replicas Ready, which the readiness probe ties to the webhook's TLS port answering.
+helm upgrade --install "$RELEASE" charts/specserving-operator -n "$OPNS" \
+    --set image.repository="$REPOSITORY" --set image.digest="$DIGEST" \
+    -f hack/real-node-values.yaml --wait --timeout 300s >/dev/null ||
+    { kubectl get pods -n "$OPNS" -o wide; die "helm install did not become ready (kubectl logs -n $OPNS deploy/$RELEASE)"; }
+kubectl get pods -n "$OPNS" -l app.kubernetes.io/instance="$RELEASE" \
+    -o custom-columns='POD:.metadata.name,STATUS:.status.phase,NODE:.spec.nodeName,IP:.status.podIP,CONTAINER:.status.containerStatuses[0].containerID'
 
-HEALTH_PORT=$(free_port)
-METRICS_PORT=$(free_port)
-step "Starting the operator in the background: specserving run --namespace $NS (log: $LOG)"
-mkdir -p "$(dirname "$LOG")"
-"$VENV/bin/specserving" run --namespace "$NS" --kubeconfig "$KUBECONFIG" \
-    --liveness "http://127.0.0.1:$HEALTH_PORT/healthz" --metrics-port "$METRICS_PORT" \
-    --metrics-address 127.0.0.1 >"$LOG" 2>&1 &
-OPERATOR=$!
-stop_operator() {
-    if kill -0 "$OPERATOR" 2>/dev/null; then
-        kill -TERM "$OPERATOR" 2>/dev/null || true
-        wait "$OPERATOR" 2>/dev/null || true
-        printf '\n    operator stopped (log: %s); the cluster is still up: eval "$(bash hack/cluster.sh env)", make cluster-down to stop it\n' "$LOG"
-    fi
-}
-trap stop_operator EXIT
-deadline=$(( $(date +%s) + 30 ))
-until curl -fsS "http://127.0.0.1:$HEALTH_PORT/healthz" >/dev/null 2>&1; do
-    kill -0 "$OPERATOR" 2>/dev/null || { tail -20 "$LOG" >&2; die "the operator exited (log: $LOG)"; }
-    (( $(date +%s) < deadline )) || { tail -20 "$LOG" >&2; die "the operator's liveness endpoint did not answer in 30s"; }
-    sleep 0.5
-done
-say "liveness: http://127.0.0.1:$HEALTH_PORT/healthz, metrics: http://127.0.0.1:$METRICS_PORT/metrics"
+step "helm test $RELEASE (the hook Pod runs python -m specserving.selftest: a NGRAM dry run must be refused)"
+helm test "$RELEASE" -n "$OPNS" --timeout 120s | grep -E '^(TEST SUITE|Last Started|Last Completed|Phase):'
 
-step "Applying $EXAMPLE"
+step "kubectl apply -f $EXAMPLE, then wait for Ready (the serving pods run on the fake GPU nodes; kwok plays them)"
+kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 started=$(date +%s)
 kubectl apply -n "$NS" -f "$EXAMPLE"
-
-step "Waiting for $NAME to become Ready (pods run on the fake GPU nodes; kwok plays the containers)"
 if ! kubectl wait -n "$NS" "sps/$NAME" --for=condition=Ready --timeout="${TIMEOUT}s"; then
     kubectl describe -n "$NS" "sps/$NAME" | tail -30
-    die "$NAME did not become Ready in ${TIMEOUT}s (operator log: $LOG)"
+    die "$NAME did not become Ready in ${TIMEOUT}s (kubectl logs -n $OPNS deploy/$RELEASE)"
 fi
 say "Ready after $(( $(date +%s) - started ))s"
 
-step "What the operator made"
+step "kubectl apply of the same example with algorithm NGRAM, which has no PD-decode builder: the webhook refuses it"
+BAD=$NAME-ngram
+BAD_FILE=$(mktemp --suffix=.yaml)
+trap 'rm -f "$BAD_FILE"' EXIT
+"$VENV/bin/python" - "$EXAMPLE" "$BAD" >"$BAD_FILE" <<'PY'
+import sys, yaml
+obj = yaml.safe_load(open(sys.argv[1]))
+obj["metadata"]["name"] = sys.argv[2]
+obj["spec"]["speculative"]["algorithm"] = "NGRAM"
+yaml.safe_dump(obj, sys.stdout, sort_keys=False)
+PY
+if out=$(kubectl apply -n "$NS" -f "$BAD_FILE" 2>&1); then
+    die "the NGRAM variant was admitted: $out"
+fi
+printf '%s\n' "$out" | fold -s -w 116 | sed 's/^/    /'
+if kubectl get sps -n "$NS" "$BAD" >/dev/null 2>&1; then
+    die "the NGRAM variant $BAD was stored"
+fi
+say "kubectl get sps $BAD: $(kubectl get sps -n "$NS" "$BAD" 2>&1)"
+
+step "What the operator made, and its metrics (read through its Service by the API server's service proxy)"
 kubectl get sps -n "$NS" -o wide
 echo
-kubectl get deployments,services,poddisruptionbudgets,serviceaccounts,roles,rolebindings -n "$NS" -l "specserving.io/instance=$NAME"
+kubectl get deployments,services,poddisruptionbudgets -n "$NS" -l "specserving.io/instance=$NAME"
 echo
-kubectl get pods -n "$NS" -l "specserving.io/instance=$NAME" -o wide
+kubectl get sps -n "$NS" "$NAME" -o jsonpath='{range .status.conditions[*]}{.type}{"\t"}{.status}{"\t"}{.reason}{"\n"}{end}' | column -t -s $'\t'
 echo
-kubectl get sps -n "$NS" "$NAME" -o jsonpath='{range .status.conditions[*]}{.type}{"\t"}{.status}{"\t"}{.reason}{"\t"}{.message}{"\n"}{end}' | column -t -s $'\t'
-echo
-kubectl get events -n "$NS" --field-selector "involvedObject.kind=SpecServing,involvedObject.name=$NAME" \
-    -o custom-columns='TYPE:.type,REASON:.reason,MESSAGE:.message' | cut -c1-160
+kubectl get --raw "/api/v1/namespaces/$OPNS/services/http:$RELEASE-metrics:metrics/proxy/metrics" |
+    grep -E '^specserving_' | grep -v -E '_created|_bucket| 0.0$' | head -12 || true
 
-step "The scale subresource and the operator's metrics"
-kubectl get --raw "/apis/specserving.io/v1alpha1/namespaces/$NS/specservings/$NAME/scale"; echo
-curl -fsS "http://127.0.0.1:$METRICS_PORT/metrics" | grep -E '^specserving_(reconcile_total|specservings|pool_replicas|status_writes_total|api_requests_total)' | grep -v ' 0.0$' | head -20
+cat <<EOF
+
+The operator keeps running on the real node. To look around:
+    eval "\$(bash hack/cluster.sh env)"
+    kubectl get sps -A                                   # SpecServings, Ready, phase, pools
+    kubectl get pods -n $OPNS -o wide              # the operator's two replicas
+    kubectl logs -n $OPNS deploy/$RELEASE          # its log
+    kubectl describe sps -n $NS $NAME
+    kubectl scale sps -n $NS $NAME --replicas=3   # scale the decode pool
+To tear everything down (operator, cluster, real node; the image cache stays):
+    make cluster-down
+EOF
