@@ -34,6 +34,7 @@ export KWOK_WORKDIR=${SPECSERVING_KWOK_WORKDIR:-$CACHE/kwok}
 CLUSTER_DIR=$KWOK_WORKDIR/clusters/$CLUSTER_NAME
 KUBECONFIG_PATH=$CLUSTER_DIR/kubeconfig.yaml
 NODES=${SPECSERVING_NODES:-8}
+(( NODES <= 2048 )) || { echo "cluster.sh: error: SPECSERVING_NODES=$NODES: at most 2048 fake nodes (a /26 each in 198.18.0.0/15)" >&2; exit 2; }
 REAL_NODE=${SPECSERVING_REAL_NODE:-1}
 [[ $REAL_NODE == [01] ]] || { echo "cluster.sh: error: SPECSERVING_REAL_NODE must be 0 or 1, not '$REAL_NODE'" >&2; exit 2; }
 GATEWAY=10.88.0.1   # the real node's bridge address (hack/node.sh), where pods reach the API server
@@ -215,9 +216,13 @@ EOF
 }
 
 fake_nodes() {
-    local i name
+    local i name cidr
     for ((i = 0; i < NODES; i++)); do
         name=kwok-gpu-$i
+        # kwok gives each fake pod an IP from its node's podCIDR: a /26 per node in 198.18.0.0/15 (the range set
+        # aside for benchmarks, RFC 2544), which hack/node.sh blackholes, rather than kwok's default 10.0.0.0/24,
+        # which is also the Service range and would send a real pod's request for a fake pod off this machine.
+        cidr="198.$(( 18 + i / 1024 )).$(( (i % 1024) / 4 )).$(( (i % 4) * 64 ))/26"
         cat <<EOF
 ---
 apiVersion: v1
@@ -238,7 +243,9 @@ metadata:
     nvidia.com/gpu.product: NVIDIA-H200
     nvidia.com/gpu.count: "8"
     nvidia.com/gpu.memory: "143771"
-spec: {}
+spec:
+  podCIDR: $cidr
+  podCIDRs: [$cidr]
 status:
   allocatable: &resources
     cpu: "192"

@@ -72,7 +72,8 @@ cached() {
     echo "$REGISTRY/$1:$2@$digest"
 }
 
-recipe_hash() { sha256sum "$@" | sha256sum | cut -c1-12; }
+# Content only: the same files hash alike from any path or checkout.
+recipe_hash() { cat "$@" | sha256sum | cut -c1-12; }
 
 cmd_base() {
     local repo=specserving/stand-in/python tag rootfs ctr mnt t
@@ -84,9 +85,16 @@ cmd_base() {
     rootfs=$(mktemp -d "$CACHE/images/rootfs.XXXXXX")
     trap 'rm -rf "$rootfs"' RETURN
     log "debootstrap $DEBIAN_SUITE (minbase, python3, python3-venv) from $DEBIAN_MIRROR (about 1 min)"
-    debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
-        "$DEBIAN_SUITE" "$rootfs" "$DEBIAN_MIRROR" >"$CACHE/images/debootstrap.log" 2>&1 ||
-        die "debootstrap failed; see $CACHE/images/debootstrap.log"
+    local attempt
+    for attempt in 1 2 3; do
+        debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+            "$DEBIAN_SUITE" "$rootfs" "$DEBIAN_MIRROR" >"$CACHE/images/debootstrap.log" 2>&1 && break
+        # A mirror that fails to answer once (seen here: "Failed getting release file") usually answers next time.
+        (( attempt < 3 )) || die "debootstrap failed 3 times; see $CACHE/images/debootstrap.log"
+        log "debootstrap failed ($(grep '^E:' "$CACHE/images/debootstrap.log" | tail -1)); retrying"
+        rm -rf "$rootfs" && mkdir -p "$rootfs"
+        sleep 5
+    done
     # This machine reaches PyPI through a TLS-inspecting proxy whose CAs are in the host's trust store; pip in the
     # image build trusts them only if the image does. The official image needs neither step.
     if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then

@@ -18,6 +18,7 @@ CACHE=${SPECSERVING_CACHE:-$HOME/.cache/specserving}
 BRIDGE=specserving0
 GATEWAY=10.88.0.1
 POD_CIDR=10.88.0.0/16
+FAKE_POD_CIDR=198.18.0.0/15  # kwok's fake pods (hack/cluster.sh gives each fake node a /26 of it)
 REGISTRY_ADDR=$GATEWAY:5000
 NODE_NAME=specserving-real-0
 NODE_LABEL=specserving.io/real-node
@@ -35,7 +36,6 @@ setup() {
     W=$CLUSTER_DIR/node
     KUBECONFIG_PATH=$CLUSTER_DIR/kubeconfig.yaml
     SOCK=$W/containerd/containerd.sock
-    (( ${#SOCK} + 7 < 108 )) || die "$SOCK is too long for a unix socket; set SPECSERVING_CACHE to a shorter path"
 }
 
 kctl() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
@@ -106,6 +106,15 @@ bridge_up() {
     fi
     ip addr show dev "$BRIDGE" | grep -q "inet $GATEWAY/" || ip addr add "$GATEWAY/16" dev "$BRIDGE"
     ip link set "$BRIDGE" up
+    # Nothing a pod sends may leave this machine: no forwarding out of the bridge, and the fake pods' IPs (which a
+    # real operator probes on scale-down) go nowhere, at once, instead of out of the default route.
+    iptables -w -C FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP 2>/dev/null ||
+        iptables -w -I FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP
+    # Unless this machine itself uses that range (its resolver or a route there would go dark too).
+    if grep -qE '^nameserver 198\.1[89]\.' /etc/resolv.conf || ip route | grep -v '^blackhole' | grep -qE '198\.1[89]\.'; then
+        die "this machine uses $FAKE_POD_CIDR (resolver or route), which the local cluster gives kwok's fake pods"
+    fi
+    ip route replace blackhole "$FAKE_POD_CIDR"
     # Pods reach each other through their own Services only if bridged traffic passes iptables (kube-proxy's DNAT).
     [[ $(cat /proc/sys/net/bridge/bridge-nf-call-iptables 2>/dev/null) == 1 ]] ||
         die "net.bridge.bridge-nf-call-iptables is not 1 (br_netfilter not loaded?); Services would not work between pods"
@@ -262,6 +271,9 @@ node_ready() {
 
 cmd_up() {
     setup "$@"
+    # sun_path holds 108 bytes, and containerd adds ".ttrpc" for its second socket. Only up checks: down must still
+    # clean up a node whatever its path.
+    (( ${#SOCK} + 7 < 108 )) || die "$SOCK is too long for a unix socket; use a shorter SPECSERVING_CACHE or SPECSERVING_CLUSTER_NAME"
     preflight
     claim
     mkdir -p "$W"/{logs,containerd,cni/net.d,cni/ipam,kubelet,pods-logs}
@@ -344,6 +356,8 @@ cmd_down() {
     unmount_under "$W/"
     kubelet_iptables_cleanup
     if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link delete "$BRIDGE" 2>/dev/null || true; fi
+    iptables -w -D FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP 2>/dev/null || true
+    ip route del blackhole "$FAKE_POD_CIDR" 2>/dev/null || true
     stop "$CACHE/registry/registry.pid"
     rm -rf "$W"
     [[ $(cat "$OWNER_FILE" 2>/dev/null) != "$CLUSTER_DIR" ]] || rm -f "$OWNER_FILE"

@@ -6,6 +6,10 @@ SPECSERVING_TEST_CLUSTER_NAME or, by default, specserving-test-<pid> (so neither
 concurrent test session is touched), and stops it at the end of the session, only if this session started it.
 Default-named clusters whose session process is gone (a killed run) are stopped first. If the binaries cannot be
 built or the cluster cannot start, the fixture fails with the reason; it never skips.
+
+The cluster has kwok's fake GPU nodes and one real node (hack/node.sh: containerd, kubelet, kube-proxy, and the
+local registry). `real_node` checks that node is Ready; `operator_image` builds the operator image and pushes it to
+that registry (hack/images.sh, cached by content), for the tests that run the operator as the chart's pods.
 """
 
 from __future__ import annotations
@@ -13,14 +17,18 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import subprocess
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from .kube import Cluster, cluster_sh, parse_env, wait_for
+from .kube import REPO, Cluster, cluster_sh, parse_env, wait_for
 
-__all__ = ["Cluster", "cluster", "namespace", "wait_for"]
+__all__ = ["Cluster", "cluster", "namespace", "operator_image", "real_node", "wait_for"]
+
+REAL_NODE = "specserving-real-0"  # hack/node.sh's node
+IMAGE_TIMEOUT = 1800  # cold: debootstrap, pip install of the operator's dependencies; warm: a registry lookup
 
 DEFAULT_PREFIX = "specserving-test-"
 BUILD_TIMEOUT = 3600  # a cold build is ~20 min on 2 cores; warm it is a no-op
@@ -77,6 +85,29 @@ def cluster() -> Iterator[Cluster]:
             down = cluster_sh("down", env, 120)
             if down.returncode != 0:
                 pytest.fail(f"hack/cluster.sh down failed (exit {down.returncode}):\n{_tail(down.stderr)}")
+
+
+@pytest.fixture(scope="session")
+def real_node(cluster: Cluster) -> str:
+    """The real node's name, once it is Ready; fails (never skips) when the cluster has none."""
+    node = cluster.get("node", REAL_NODE)
+    if node is None:
+        pytest.fail(f"the cluster has no real node {REAL_NODE}: hack/cluster.sh up starts one unless "
+                    "SPECSERVING_REAL_NODE=0 (root, and Debian's containerd, runc and CNI plugins, are needed)")
+    ready = [c for c in node["status"].get("conditions", []) if c["type"] == "Ready"]
+    if not ready or ready[0]["status"] != "True":
+        pytest.fail(f"the real node {REAL_NODE} is not Ready: {ready}")
+    return REAL_NODE
+
+
+@pytest.fixture(scope="session")
+def operator_image(cluster: Cluster, real_node: str) -> str:
+    """REGISTRY/specserving/operator:TAG@DIGEST, built from images/operator/Dockerfile and pushed (hack/images.sh)."""
+    proc = subprocess.run(["bash", str(REPO / "hack" / "images.sh"), "operator"], env=cluster.env, text=True,
+                          capture_output=True, timeout=IMAGE_TIMEOUT, check=False)
+    if proc.returncode != 0:
+        pytest.fail(f"hack/images.sh operator failed (exit {proc.returncode}):\n{_tail(proc.stderr)}")
+    return proc.stdout.strip().splitlines()[-1]
 
 
 @pytest.fixture

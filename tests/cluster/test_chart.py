@@ -1,15 +1,18 @@
 """The Helm chart on the local control plane: lint, template, install, upgrade and uninstall, with the operator
-running under exactly the chart's ServiceAccount.
+running as the chart's own pods.
 
-kwok fakes containers, so the chart's Deployment never really runs the operator. Each test runs `specserving run`
-as a local process instead, with the Deployment's flags and a kubeconfig that holds a token of the chart's
-ServiceAccount (`kubectl create token`) and nothing else. The chart owns the ValidatingWebhookConfiguration, so
-the process serves the webhook with `--webhook-configuration none` and the certificate from the chart's Secret,
-and the release is installed with the development value webhook.url=https://127.0.0.1:PORT so that the API server
-calls the process (the generated certificate then names 127.0.0.1 too).
+The install tests run the chart as a user does: the operator image built from images/operator/Dockerfile and pushed
+to the local registry (`operator_image`), `helm install` with hack/real-node-values.yaml, both replicas Running on
+the real node (containerd) with the in-cluster ServiceAccount token, in a namespace that enforces Pod Security
+"restricted". The API server reaches the webhook through the chart's Service (kube-proxy), `helm test` runs its hook
+Pod, and the metrics are read through the metrics Service by the API server's service proxy.
 
-A lifecycle that passes under that identity, with no "forbidden" in the operator's log, proves the RBAC is
+A lifecycle that passes under that identity, with no "forbidden" in either pod's log, proves the RBAC is
 sufficient; `kubectl auth can-i` and refused escalation attempts prove it is not excessive.
+
+The peering test alone runs `specserving run` as local processes (as the chart's ServiceAccount, through a token
+kubeconfig, with the development value webhook.url): it must SIGKILL the active replica and watch the standby take
+over, which a process it owns shows exactly.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 import pytest
 import yaml
 
+from .conftest import REAL_NODE
 from .kube import Cluster, condition, wait_for
 from .operating import (NAME, REPO, SPECSERVING, Operator, apply_ready, children, crd, events, free_port, pods,
                         ready, seed, sps)
@@ -41,8 +45,10 @@ CHART_NAME = "specserving-operator"
 HOOK = "templates/tests/test-webhook.yaml"
 FORBIDDEN = re.compile(r"forbidden|Not enough permissions", re.I)
 NGRAM = {"spec.speculative.algorithm": "NGRAM"}
-# The image build: the unit tier's small context (the image has images/sglang-pd at /opt/specserving/sglang-pd), and
-# a base whose SGLang lacks DSPARK's PD-decode builder, so the operator starts a build Job.
+REAL_NODE_VALUES = REPO / "hack" / "real-node-values.yaml"
+RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}
+# The image build: a base whose SGLang lacks DSPARK's PD-decode builder, so the operator starts a build Job (the
+# in-cluster operator ships its image's build context; the local one in the peering test, the unit tier's).
 BUILD_CONTEXT = REPO / "tests" / "unit" / "imagebuild" / "context"
 REGISTRY = "registry.local/ml"
 NEEDS_BUILD = {"metadata.name": "needs-build", "spec.image.base": "lmsysorg/sglang:v0.5.16-cu129"}
@@ -115,12 +121,14 @@ def refused_by_webhook(cluster: Cluster, ns: str) -> bool:
 
 @dataclass
 class Release:
-    """One installed release of the chart, its names, and the local port its webhook URL points at."""
+    """One installed release of the chart and its names. With an image, the operator runs as the chart's pods on
+    the real node; without one, the API server calls the webhook at a local port (for local operator processes)."""
 
     cluster: Cluster
     name: str
     namespace: str
     watch: list[str] = field(default_factory=list)
+    image: str | None = None
     port: int = field(default_factory=free_port)
 
     @property
@@ -132,18 +140,77 @@ class Release:
         return f"system:serviceaccount:{self.namespace}:{self.fullname}"
 
     def sets(self) -> list[str]:
-        sets = [f"webhook.url=https://127.0.0.1:{self.port}"]
+        if self.image:
+            reference, digest = self.image.split("@")
+            sets = [f"image.repository={reference.rsplit(':', 1)[0]}", f"image.digest={digest}",
+                    f"build.registry={REGISTRY}"]
+        else:
+            sets = [f"webhook.url=https://127.0.0.1:{self.port}"]
         if self.watch:
             sets.append("watchNamespaces={" + ",".join(self.watch) + "}")
         return sets
 
     def install(self) -> float:
         started = time.monotonic()
-        args = ["install", self.name, str(CHART), "-n", self.namespace, "--wait", "--timeout", "120s"]
+        args = ["install", self.name, str(CHART), "-n", self.namespace, "--wait", "--timeout", "180s"]
+        if self.image:
+            args += ["-f", str(REAL_NODE_VALUES)]
         for s in self.sets():
             args += ["--set", s]
-        helm(self.cluster, *args)
+        proc = helm(self.cluster, *args, check=False, timeout=240)
+        if proc.returncode != 0:
+            pytest.fail(f"helm install exited {proc.returncode}: {proc.stderr.strip()}\n{self.describe_pods()}",
+                        pytrace=False)
         return time.monotonic() - started
+
+    def operator_pods(self) -> list[dict[str, Any]]:
+        """The Deployment's pods (not the helm test Pod), oldest first."""
+        found = self.cluster.list("pods", self.namespace,
+                                  f"app.kubernetes.io/instance={self.name},app.kubernetes.io/name={CHART_NAME}")
+        found = [p for p in found if p["metadata"].get("ownerReferences", [{}])[0].get("kind") == "ReplicaSet"]
+        return sorted(found, key=lambda p: p["metadata"]["creationTimestamp"])
+
+    def running_on_the_real_node(self) -> list[dict[str, Any]]:
+        """Both replicas Running and Ready on the real node, as real containers; fails with what it saw instead."""
+        def check() -> list[dict[str, Any]] | None:
+            live = [p for p in self.operator_pods() if not p["metadata"].get("deletionTimestamp")]
+            good = [p for p in live if p["spec"].get("nodeName") == REAL_NODE and p["status"].get("phase") == "Running"
+                    and all(c.get("ready") and c.get("containerID", "").startswith("containerd://")
+                            for c in p["status"].get("containerStatuses", []))]
+            return good if len(good) == len(live) == 2 else None
+        return wait_for(check, 120, f"both replicas of {self.fullname} Running and Ready on {REAL_NODE}")
+
+    def describe_pods(self) -> str:
+        out = self.cluster.kubectl("get", "pods", "-n", self.namespace, "-o", "wide", check=False).stdout
+        for p in self.operator_pods():
+            out += self.cluster.kubectl("logs", "-n", self.namespace, p["metadata"]["name"], "--tail=20",
+                                        check=False).stdout
+        return out
+
+    def logs(self) -> dict[str, str]:
+        return {p["metadata"]["name"]: self.cluster.kubectl("logs", "-n", self.namespace, p["metadata"]["name"]).stdout
+                for p in self.operator_pods()}
+
+    def forbidden(self) -> list[str]:
+        """Lines of the operator pods' logs that say the API server refused it something."""
+        return [f"{pod}: {ln}" for pod, text in self.logs().items() for ln in text.splitlines() if FORBIDDEN.search(ln)]
+
+    def metrics_through_service(self) -> str:
+        """/metrics of one replica, through the metrics Service and the API server's service proxy."""
+        return self.cluster.kubectl(
+            "get", "--raw",
+            f"/api/v1/namespaces/{self.namespace}/services/http:{self.fullname}-metrics:metrics/proxy/metrics").stdout
+
+    def helm_test(self) -> subprocess.CompletedProcess[str]:
+        """`helm test`: the hook Pod runs the selftest in the cluster; the kubelet's events show it ran there."""
+        proc = helm(self.cluster, "test", self.name, "-n", self.namespace, "--timeout", "120s", check=False,
+                    timeout=180)
+        return proc
+
+    def hook_pod_events(self) -> list[dict[str, Any]]:
+        ns = self.watch[0] if self.watch else self.namespace
+        pod = f"{self.fullname}-test"
+        return [e for e in self.cluster.list("events", ns) if e["involvedObject"].get("name") == pod]
 
     def uninstall(self) -> None:
         helm(self.cluster, "uninstall", self.name, "-n", self.namespace, "--wait", "--timeout", "120s", check=False)
@@ -222,9 +289,9 @@ class Charts:
         self.operators: list[ChartOperator] = []
         self.namespaces: list[str] = []
 
-    def release(self, watch: Sequence[str] = ()) -> Release:
-        """A release (not yet installed) into the test's namespace."""
-        rel = Release(self.cluster, f"sps-{uuid.uuid4().hex[:5]}", self.namespace_, list(watch))
+    def release(self, watch: Sequence[str] = (), image: str | None = None) -> Release:
+        """A release (not yet installed) into the test's namespace; with an image, run as the chart's pods."""
+        rel = Release(self.cluster, f"sps-{uuid.uuid4().hex[:5]}", self.namespace_, list(watch), image)
         self.releases.append(rel)
         return rel
 
@@ -243,6 +310,8 @@ class Charts:
             # pytest shows captured teardown output only when the test fails: the log tail explains the failure.
             sys.stderr.write(f"\n--- {op.log.name} ---\n{op.log.read_text()[-4000:]}\n")
         for rel in self.releases:
+            if rel.image:
+                sys.stderr.write(f"\n--- {rel.fullname} pods ---\n{rel.describe_pods()[-6000:]}\n")
             rel.uninstall()
         for name in self.namespaces:
             self.cluster.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
@@ -257,28 +326,17 @@ def charts(cluster: Cluster, namespace: str, crd: None, tmp_path: Path) -> Itera
         made.close()
 
 
-def run_selftest(cluster: Cluster, rel: Release, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """The `helm test` Pod's command, run here under the identity the chart gives that Pod.
+def restricted(cluster: Cluster, namespace: str) -> None:
+    """Enforce Pod Security "restricted" in the namespace: the chart's pods must still be admitted there."""
+    cluster.kubectl("label", "namespace", namespace, "--overwrite", *(f"{k}={v}" for k, v in RESTRICTED.items()))
 
-    kwok would only pretend to run the Pod, so the hook's ServiceAccount, Role and RoleBinding are applied from the
-    chart's rendering, and the Pod's own command line runs locally with a token of that ServiceAccount.
-    """
-    docs = render(cluster, *rel.sets(), namespace=rel.namespace, show=HOOK, release=rel.name)
-    hook_pod = next(d for d in docs if d["kind"] == "Pod")
-    rbac = [d for d in docs if d["kind"] != "Pod"]
-    cluster.apply(*rbac)
-    container = hook_pod["spec"]["containers"][0]
-    account = hook_pod["metadata"]["name"]
-    ns = hook_pod["metadata"]["namespace"]
-    try:
-        kubeconfig = token_kubeconfig(cluster, ns, account, tmp_path / "selftest.kubeconfig")
-        assert container["command"][:1] == ["python3"]
-        cmd = [sys.executable, *container["command"][1:], *container["args"], "--kubeconfig", str(kubeconfig)]
-        return subprocess.run(cmd, text=True, capture_output=True, timeout=60, env=cluster.env)
-    finally:
-        for d in rbac:
-            cluster.kubectl("delete", d["kind"].lower(), d["metadata"]["name"], "-n", ns, "--ignore-not-found",
-                            check=False)
+
+def assert_helm_test_ran_on_the_real_node(rel: Release) -> None:
+    out = rel.helm_test()
+    assert out.returncode == 0 and re.search(r"Phase:\s+Succeeded", out.stdout), out.stdout + out.stderr
+    # The hook Pod is deleted once it succeeds; the kubelet's events stay, and name the node that ran it.
+    started = [e for e in rel.hook_pod_events() if e["reason"] == "Started"]
+    assert started and all(e["source"].get("host") == REAL_NODE for e in started), rel.hook_pod_events()
 
 
 def lifecycle(cluster: Cluster, ns: str, scale_to: int | None = 3) -> dict[str, float]:
@@ -375,17 +433,22 @@ def _assert_least_privilege(rules: list[dict[str, Any]]) -> None:
             assert rule["resources"] == ["specservings/finalizers"], rule
 
 
-def test_install_cluster_wide_runs_the_lifecycle_as_the_charts_identity(
-        cluster: Cluster, charts: Charts, tmp_path: Path) -> None:
-    rel = charts.release()
+def test_install_cluster_wide_runs_the_lifecycle_as_the_charts_pods(
+        cluster: Cluster, charts: Charts, operator_image: str, namespace: str) -> None:
+    restricted(cluster, namespace)
+    rel = charts.release(image=operator_image)
     work = charts.namespace("work")
     install_s = rel.install()
-    op = charts.operator(rel, "operator", priority=100)
-    wait_for(lambda: refused_by_webhook(cluster, work), 30, "the chart's webhook configuration reaching the operator")
-
-    # `helm test`'s probe, under the identity the chart gives the test Pod.
-    out = run_selftest(cluster, rel, tmp_path)
-    assert out.returncode == 0 and out.stdout.startswith("ok: the webhook refused NGRAM"), out.stderr
+    first = rel.running_on_the_real_node()
+    assert {p["spec"]["serviceAccountName"] for p in first} == {rel.fullname}
+    reference, digest = operator_image.split("@")
+    assert all(p["spec"]["containers"][0]["image"] == f"{reference.rsplit(':', 1)[0]}@{digest}" for p in first)
+    # The API server calls the webhook through the chart's Service (kube-proxy's rules take it to a pod).
+    vwc = cluster.get("validatingwebhookconfiguration", rel.fullname)
+    assert vwc is not None and "url" not in vwc["webhooks"][0]["clientConfig"]
+    assert vwc["webhooks"][0]["clientConfig"]["service"]["name"] == f"{rel.fullname}-webhook"
+    wait_for(lambda: refused_by_webhook(cluster, work), 60, "the webhook refusing NGRAM through its Service")
+    assert_helm_test_ran_on_the_real_node(rel)
 
     times = lifecycle(cluster, work)
     # An image build: the shared Job and its context ConfigMap, made under the same identity.
@@ -393,7 +456,10 @@ def test_install_cluster_wide_runs_the_lifecycle_as_the_charts_identity(
     wait_for(lambda: cluster.list("jobs", work, "specserving.io/build") and cluster.list(
         "configmaps", work, "specserving.io/build"), 60, "the build Job and its context ConfigMap")
     wait_for(lambda: condition(sps(cluster, work, "needs-build"), "ImageReady"), 30, "ImageReady reported")
-    assert op.forbidden() == []
+    assert rel.forbidden() == []
+    metrics = rel.metrics_through_service()
+    assert re.search(r"^specserving_specservings\{phase=", metrics, re.M), metrics[:2000]
+    assert all(p["status"]["containerStatuses"][0]["restartCount"] == 0 for p in rel.operator_pods())
 
     # Not excessive: no Secrets, no webhook configurations, no RBAC escalation, nothing it does not do.
     sa = rel.user
@@ -431,28 +497,30 @@ def test_install_cluster_wide_runs_the_lifecycle_as_the_charts_identity(
     assert rel.ca_bundle() == ca and rel.secret()["data"] == secret
     after = cluster.get("deployment", rel.fullname, rel.namespace)
     assert "--verbose" in after["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert refused_by_webhook(cluster, work), "a NGRAM dry run is admitted after helm upgrade"
+    upgraded = rel.running_on_the_real_node()
+    assert not {p["metadata"]["name"] for p in upgraded} & {p["metadata"]["name"] for p in first}
+    wait_for(lambda: refused_by_webhook(cluster, work), 60, "the webhook refusing NGRAM after helm upgrade")
+    assert rel.forbidden() == []
 
-    op.stop()
     rel.uninstall()
-    assert rel.leftovers() == []
+    wait_for(lambda: not rel.leftovers(), 60, "every object of the release gone after helm uninstall")
     for name in ("specservings.specserving.io", "kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"):
         assert cluster.get("crd", name), f"helm uninstall removed the CRD {name}; Helm leaves CRDs"
     print(f"\nchart, cluster-wide: helm install --wait {install_s:.1f} s, helm upgrade --wait {upgrade_s:.1f} s, "
           + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
 
 
-def test_namespaced_install_acts_only_in_its_namespaces(cluster: Cluster, charts: Charts,
-                                                         tmp_path: Path) -> None:
+def test_namespaced_install_acts_only_in_its_namespaces(cluster: Cluster, charts: Charts, operator_image: str,
+                                                         namespace: str) -> None:
+    restricted(cluster, namespace)
     watched, other = charts.namespace("watched"), charts.namespace("other")
-    rel = charts.release(watch=[watched])
+    rel = charts.release(watch=[watched], image=operator_image)
     install_s = rel.install()
-    op = charts.operator(rel, "operator", priority=100)
-    wait_for(lambda: refused_by_webhook(cluster, watched), 30, "the webhook refusing NGRAM in the watched namespace")
-    out = run_selftest(cluster, rel, tmp_path)
-    assert out.returncode == 0, out.stderr
+    rel.running_on_the_real_node()
+    wait_for(lambda: refused_by_webhook(cluster, watched), 60, "the webhook refusing NGRAM in the watched namespace")
+    assert_helm_test_ran_on_the_real_node(rel)
     times = lifecycle(cluster, watched, scale_to=None)
-    assert op.forbidden() == []
+    assert rel.forbidden() == []
 
     sa = rel.user
     for ns in (other, rel.namespace):
@@ -469,9 +537,8 @@ def test_namespaced_install_acts_only_in_its_namespaces(cluster: Cluster, charts
     # The webhook covers the watched namespaces only, so an operator scoped to them never holds up the others.
     assert dry_run(cluster, other, seed(**NGRAM)).returncode == 0
 
-    op.stop()
     rel.uninstall()
-    assert rel.leftovers() == []
+    wait_for(lambda: not rel.leftovers(), 60, "every object of the release gone after helm uninstall")
     print(f"\nchart, namespaced: helm install --wait {install_s:.1f} s, "
           + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
 

@@ -281,7 +281,8 @@ def private_cluster(tag: str, nodes: int) -> Iterator[Cluster]:
     """A kwokctl cluster of its own (`hack/cluster.sh up` under another SPECSERVING_CLUSTER_NAME), always stopped
     and deleted afterwards. Never the session's cluster: its API server is restarted and its nodes deleted."""
     name = f"{PRIVATE_PREFIX}{os.getpid()}-{tag}"
-    env = {**os.environ, "SPECSERVING_CLUSTER_NAME": name, "SPECSERVING_NODES": str(nodes)}
+    # Fake nodes only: the real node is the machine's one, and the session cluster holds it.
+    env = {**os.environ, "SPECSERVING_CLUSTER_NAME": name, "SPECSERVING_NODES": str(nodes), "SPECSERVING_REAL_NODE": "0"}
     kubeconfig, bin_dir = parse_env(cluster_sh("env", env, 30).stdout)
     _stop_private_orphans(kubeconfig.parent.parent, env)
     started = time.monotonic()
