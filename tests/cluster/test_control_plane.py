@@ -1,9 +1,11 @@
 """The local control plane is real: the SpecServing CRD is served with its CEL rules, pods are scheduled by their
-GPU and RDMA requests onto fake nodes, RBAC is enforced, and SpecServing's kwok stages fake crash loops and exits."""
+GPU and RDMA requests onto fake nodes, RBAC is enforced, SpecServing's kwok stages fake crash loops and exits, and
+the real node (a kubelet with containerd, not kwok) runs containers only for pods that tolerate its taint."""
 
 from __future__ import annotations
 
 import copy
+import ipaddress
 import json
 import pathlib
 import subprocess
@@ -319,3 +321,66 @@ def test_helm_installs_chart_with_kube_version_constraint(
     assert version.startswith("v1.") and "master" not in version, version
     cm = cluster.get("configmap", "probe", namespace)
     assert cm is not None and cm["data"]["kubeVersion"] == version
+
+
+REAL_NODE_LABEL = "specserving.io/real-node"
+REAL_POD_CIDR = ipaddress.ip_network("10.88.0.0/16")  # hack/node.sh's bridge
+FAKE_POD_CIDR = ipaddress.ip_network("198.18.0.0/15")  # hack/cluster.sh's fake nodes
+
+
+def _on_the_real_node(p: dict[str, Any]) -> dict[str, Any]:
+    p["spec"]["nodeSelector"] = {REAL_NODE_LABEL: "true"}
+    p["spec"]["tolerations"] = [{"key": REAL_NODE_LABEL, "operator": "Equal", "value": "true", "effect": "NoSchedule"}]
+    return p
+
+
+def test_real_node_is_a_kubelet_with_containerd_not_kwok(cluster: Cluster, real_node: str) -> None:
+    node = _node(cluster, real_node)
+    assert "kwok.x-k8s.io/node" not in node["metadata"].get("annotations", {}), "kwok must not play the real node"
+    assert node["metadata"]["labels"][REAL_NODE_LABEL] == "true"
+    assert {"key": REAL_NODE_LABEL, "value": "true", "effect": "NoSchedule"} in node["spec"]["taints"]
+    info = node["status"]["nodeInfo"]
+    assert info["containerRuntimeVersion"].startswith("containerd://"), info
+    assert info["kubeletVersion"].startswith("v1.36."), info
+    assert "nvidia.com/gpu" not in node["status"]["allocatable"], "the real node has no GPUs to offer"
+
+
+def test_container_runs_on_the_real_node_and_its_log_is_read(
+        cluster: Cluster, real_node: str, operator_image: str, namespace: str) -> None:
+    # The operator image stands in for any image of ours: it has a Python to run and comes from the local registry.
+    script = "import socket; print('ran in', socket.gethostname())"
+    runner = _on_the_real_node(pod("runner", [dict(container(image=operator_image),
+                                                   command=["python", "-c", script])], restart_policy="Never"))
+    cluster.apply(runner, namespace=namespace)
+
+    def finished() -> dict[str, Any] | None:
+        p = cluster.get("pod", "runner", namespace)
+        return p if p and p["status"].get("phase") in ("Succeeded", "Failed") else None
+
+    p = wait_for(finished, timeout=120, what="pod runner to finish on the real node")
+    assert p["status"]["phase"] == "Succeeded", p["status"]
+    assert p["spec"]["nodeName"] == real_node
+    assert _container_status(p)["containerID"].startswith("containerd://"), p["status"]
+    assert ipaddress.ip_address(p["status"]["podIP"]) in REAL_POD_CIDR, p["status"]
+    # kubectl logs goes API server -> the real kubelet -> containerd's log file: only a container that ran wrote it.
+    assert cluster.kubectl("logs", "runner", "-n", namespace).stdout.strip() == "ran in runner"
+
+
+def test_untolerating_pod_stays_off_the_real_node(cluster: Cluster, real_node: str, namespace: str) -> None:
+    # Pinned to the real node by name, a pod without the toleration is refused there; the taint keeps it out.
+    pinned = pod("pinned", [container()])
+    pinned["spec"]["nodeSelector"] = {REAL_NODE_LABEL: "true"}
+    cluster.apply(pinned, namespace=namespace)
+
+    def unschedulable() -> dict[str, Any] | None:
+        cond = condition(cluster.get("pod", "pinned", namespace), "PodScheduled")
+        return cond if cond and cond["status"] == "False" and cond.get("reason") == "Unschedulable" else None
+
+    cond = wait_for(unschedulable, timeout=60, what="pod pinned to be marked Unschedulable")
+    assert "untolerated taint" in cond.get("message", ""), cond
+    # And an ordinary pod lands on a fake node, with an address from the fake range that goes nowhere.
+    cluster.apply(pod("anywhere", [container()]), namespace=namespace)
+    p = wait_for(lambda: (q := cluster.get("pod", "anywhere", namespace)) and q["status"].get("podIP") and q,
+                 timeout=60, what="pod anywhere to get an IP")
+    assert p["spec"]["nodeName"] != real_node
+    assert ipaddress.ip_address(p["status"]["podIP"]) in FAKE_POD_CIDR, p["status"]
