@@ -13,6 +13,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
+# What a version's PD decode path does with an algorithm (CapabilityTable.verdict).
+UPSTREAM = "Upstream"  # SGLang's own builder: the base image serves it
+NEEDS_FIX = "NeedsFix"  # no builder upstream; the project's fix supplies one
+NO_BUILDER = "None"  # no builder, with or without the fix
+UNKNOWN = "Unknown"  # the version is not in the table (or could not be told): the build probe decides
+
 _TAG_VERSION = re.compile(r"(?:^|[^0-9])v?(\d+\.\d+\.\d+(?:\.post\d+)?)(?:$|[^0-9.])")
 
 
@@ -36,6 +42,25 @@ class VersionCapabilities:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """The one answer to "will the first decode of `algorithm` on SGLang `version` crash?", for every caller."""
+
+    kind: str
+    version: str | None
+    algorithm: str
+    # The algorithms with a builder in this version, with the fix when `with_fix` was asked; empty when unknown.
+    builders: frozenset[str]
+    # Whether this version knows the algorithm at all (False also when the version is unknown).
+    knows_algorithm: bool
+    with_fix: bool
+
+    @property
+    def runs(self) -> bool:
+        """The decode path has a builder for the algorithm: upstream, or with the fix when the fix is there."""
+        return self.kind == UPSTREAM or (self.kind == NEEDS_FIX and self.with_fix)
+
+
+@dataclass(frozen=True)
 class CapabilityTable:
     """Every known SGLang version's capabilities, and where they came from."""
 
@@ -45,6 +70,21 @@ class CapabilityTable:
 
     def lookup(self, version: str | None) -> VersionCapabilities | None:
         return self.versions.get(version) if version else None
+
+    def verdict(self, version: str | None, algorithm: str, with_fix: bool) -> Verdict:
+        """Whether SGLang `version` has a PD-decode builder for `algorithm`: upstream, only with the fix, none, or
+        unknown (a version the table lacks). `with_fix`: the image has (or a build may give it) the project's fix;
+        it decides `builders` and `runs`, not `kind`."""
+        caps = self.lookup(version)
+        if caps is None:
+            return Verdict(UNKNOWN, version, algorithm, frozenset(), False, with_fix)
+        if algorithm in caps.upstream:
+            kind = UPSTREAM
+        elif algorithm in caps.with_fix:
+            kind = NEEDS_FIX
+        else:
+            kind = NO_BUILDER
+        return Verdict(kind, version, algorithm, caps.builders(with_fix), algorithm in caps.algorithms, with_fix)
 
     def latest_with(self, algorithm: str, with_fix: bool) -> str | None:
         """The newest version whose builders include `algorithm`."""

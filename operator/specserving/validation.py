@@ -14,7 +14,7 @@ from specserving import API_VERSION, KIND
 from specserving.api import cel, structural
 from specserving.api.loading import defaulted, schema, spec_of
 from specserving.api.types import SpecServingSpec
-from specserving.capabilities import CapabilityTable, load, version_key
+from specserving.capabilities import NEEDS_FIX, UNKNOWN, CapabilityTable, load, version_key
 from specserving.problems import Problem, Report
 from specserving.rendering.args import OWNED_FLAGS, flag_name
 from specserving.rendering.image import sglang_version
@@ -45,17 +45,17 @@ def check_pd_builder(spec: SpecServingSpec, table: CapabilityTable) -> Report:
             f"(for example \"0.5.23\") so that {alg} can be checked for a PD-decode builder"
             + ("; until then the build probe decides" if may_build else ""))))
         return report
-    caps = table.lookup(version)
-    if caps is None:
+    verdict = table.verdict(version, alg, with_fix=may_build)
+    if verdict.kind == UNKNOWN:
         report.warnings.append(Problem("spec.image.sglangVersion", (
             f"SGLang {version} is not in the capability table (known: {', '.join(sorted(table.versions, key=version_key))}); "
             + ("the build probe will decide whether it has a PD-decode builder for " + alg if may_build else
                f"nothing proves it has a PD-decode builder for {alg}: its first decode may crash with {CRASH}"))))
         return report
-    builders = caps.builders(with_fix=may_build)
-    if alg in builders:
+    if verdict.runs:
         return report
-    if alg not in caps.algorithms:
+    builders = verdict.builders
+    if not verdict.knows_algorithm:
         first = table.earliest_with(alg, with_fix=True)
         reason = f"SGLang {version} does not know the algorithm {alg}"
         reason += f" (it first appears with a PD-decode builder in {first})" if first else ""
@@ -63,7 +63,7 @@ def check_pd_builder(spec: SpecServingSpec, table: CapabilityTable) -> Report:
         reason = (f"SGLang {version} has no PD-decode draft-input builder for {alg}"
                   f"{'' if may_build else ' in the base image'}, so the first decode would crash with {CRASH}")
     ways = []
-    if not may_build and alg in caps.with_fix:
+    if not may_build and verdict.kind == NEEDS_FIX:
         ways.append("set spec.image.build.policy to IfNeeded so the operator builds the fixed image")
     ways.append(f"choose an algorithm with a builder in {version}: {_fmt(builders)}")
     newest = table.latest_with(alg, with_fix=False)

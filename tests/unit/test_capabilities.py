@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specserving.capabilities import load, version_from_image, version_key
+from specserving.capabilities import NEEDS_FIX, NO_BUILDER, UNKNOWN, UPSTREAM, load, version_from_image, version_key
 
 TABLE = load()
 EAGLE_FAMILY = {"EAGLE", "EAGLE3", "FROZEN_KV_MTP"}
@@ -58,3 +58,29 @@ def test_fix_never_removes_an_upstream_builder() -> None:
 ])
 def test_version_from_image(image: str, version: str | None) -> None:
     assert version_from_image(image) == version
+
+
+@pytest.mark.parametrize(("version", "algorithm", "with_fix", "kind", "runs"), [
+    ("0.5.17", "DSPARK", False, UPSTREAM, True),
+    ("0.5.16", "DSPARK", False, NEEDS_FIX, False),
+    ("0.5.16", "DSPARK", True, NEEDS_FIX, True),
+    ("0.5.18", "DFLASH", True, NEEDS_FIX, True),
+    ("0.5.18", "NGRAM", True, NO_BUILDER, False),
+    ("0.9.99", "EAGLE3", True, UNKNOWN, False),
+    (None, "EAGLE3", False, UNKNOWN, False),
+])
+def test_verdict_kinds(version: str | None, algorithm: str, with_fix: bool, kind: str, runs: bool) -> None:
+    verdict = TABLE.verdict(version, algorithm, with_fix=with_fix)
+    assert (verdict.kind, verdict.runs) == (kind, runs)
+    if kind == UNKNOWN:
+        assert verdict.builders == frozenset() and not verdict.knows_algorithm
+    else:
+        caps = TABLE.versions[version]
+        assert verdict.builders == (caps.with_fix if with_fix else caps.upstream)
+        assert verdict.runs == (algorithm in verdict.builders)
+
+
+def test_verdict_knows_whether_a_version_has_the_algorithm_at_all() -> None:
+    # UNO is not an algorithm of any supported version; EAGLE3 is of every one.
+    assert not TABLE.verdict("0.5.16", "UNO", with_fix=True).knows_algorithm
+    assert TABLE.verdict("0.5.16", "EAGLE3", with_fix=True).knows_algorithm

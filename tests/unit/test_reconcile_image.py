@@ -177,7 +177,7 @@ def test_a_plan_that_needs_a_build_renders_nothing_until_it_has_the_image() -> N
     p = make_plan(stored(**{"spec.image.base": OLD}), build)
     assert p.children == () and p.image_plan is not None and p.image_plan.decision == "Build"
     built = ResolvedImage(f"{REGISTRY}/sglang-pd@{DIGEST}", "0.5.16", fix_applied=True)
-    assert p.spec is not None and missing_builder(p.spec, built) is None
+    assert p.spec is not None and missing_builder(p.spec, built, p.table) is None
     children = p.children_for(built)
     assert children is p.children_for(built), "rendered once per image"
     pools = [c for c in children if c["kind"] == "Deployment"]
@@ -285,3 +285,26 @@ def test_the_built_verdict_does_not_change_when_the_job_goes() -> None:
     from_job = verdict(job=job(complete=True), pods=[pod(exit_code=0, message=DIGEST)])
     assert from_job.image is not None
     assert resolve(image_plan(), TABLE, remembered_ref=from_job.image.ref) == from_job
+
+
+@pytest.mark.parametrize("policy", ["IfNeeded", "Never"])
+def test_admission_planning_and_deploy_check_agree_on_every_version_and_algorithm(policy: str) -> None:
+    # The one verdict has four readers; none may admit what another refuses, for any known or unknown version.
+    from specserving.imagebuild.planning import BUILD, CANNOT_SERVE
+    from specserving.validation import check_pd_builder
+
+    for version in [*TABLE.versions, "0.9.99"]:
+        for alg in sorted(TABLE.versions["0.5.23"].algorithms):
+            spec = spec_of(seed(**{"spec.image.base": f"lmsysorg/sglang:v{version}", "spec.image.build.policy": policy,
+                                   "spec.speculative.algorithm": alg}))
+            where = f"{alg} on {version}, {policy}"
+            refused = bool(check_pd_builder(spec, TABLE).errors)
+            decision = plan(spec, TABLE, fix_version="f1", default_registry=REGISTRY).decision
+            assert refused == (decision == CANNOT_SERVE), where
+            base = ResolvedImage(ref=spec.image.base, sglang_version=version, fix_applied=False)
+            built = ResolvedImage(ref=f"{REGISTRY}/sglang-pd@{DIGEST}", sglang_version=version, fix_applied=True)
+            if decision == BUILD:
+                # The base image would crash (or is unproven); the built one is what gets deployed.
+                assert missing_builder(spec, built, TABLE) is None, where
+            elif not refused:
+                assert missing_builder(spec, base, TABLE) is None, where

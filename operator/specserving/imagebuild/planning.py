@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 
 from specserving.api.types import SpecServingSpec
-from specserving.capabilities import CapabilityTable
+from specserving.capabilities import NEEDS_FIX, UNKNOWN, UPSTREAM, CapabilityTable
 from specserving.rendering.image import sglang_version
 
 NOT_NEEDED, BUILD, CANNOT_SERVE = "NotNeeded", "Build", "CannotServe"
@@ -47,22 +47,22 @@ def plan(spec: SpecServingSpec, table: CapabilityTable, *, fix_version: str,
     """Whether `spec` can run its base image, needs the fixed image built, or cannot be served at all."""
     alg, base = spec.speculative.algorithm, spec.image.base
     version = sglang_version(spec)
-    caps = table.lookup(version)
     may_build = spec.image.build.policy == "IfNeeded"
+    verdict = table.verdict(version, alg, with_fix=may_build)
     registry = spec.image.build.registry or default_registry
 
     def build(reason: str) -> ImagePlan:
         key = build_key(base, fix_version, registry) if registry else None
         return ImagePlan(BUILD, base, version, alg, reason, registry, key)
 
-    if caps is not None and alg in caps.upstream:
+    if verdict.kind == UPSTREAM:
         return ImagePlan(NOT_NEEDED, base, version, alg, f"SGLang {version} has its own PD-decode builder for {alg}")
-    if caps is not None and alg in caps.with_fix and may_build:
+    if verdict.kind == NEEDS_FIX and may_build:
         return build(f"SGLang {version} lacks the PD-decode builder for {alg}; the fixed image adds it")
-    if caps is None and may_build:
+    if verdict.kind == UNKNOWN and may_build:
         return build(f"SGLang version {version or 'unknown'} is not in the capability table; the build probe "
                      f"decides whether {alg} has a PD-decode builder")
-    if caps is None:
+    if verdict.kind == UNKNOWN:
         return ImagePlan(NOT_NEEDED, base, version, alg, "build.policy is Never; the base image is used as-is")
     return ImagePlan(CANNOT_SERVE, base, version, alg,
                      f"SGLang {version} has no PD-decode builder for {alg}, with or without the fix"

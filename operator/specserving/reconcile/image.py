@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from specserving.capabilities import CapabilityTable
+from specserving.capabilities import UNKNOWN, CapabilityTable, Verdict
 from specserving.capabilities import load as load_capabilities
 from specserving.imagebuild.context import BuildContext
 from specserving.imagebuild.job import BUILD_LABEL, BuildSettings, digest_from_message
@@ -142,13 +142,12 @@ def built_ref(registry: str, digest: str) -> str:
     return f"{registry}/{IMAGE_NAME}@{digest}"
 
 
-def pd_builders(table: CapabilityTable, version: str | None, fix_applied: bool, algorithm: str) -> list[str]:
+def pd_builders(verdict: Verdict) -> list[str]:
     """The algorithms with a PD-decode builder in the image: the table's, or (for a version it lacks, where the
     build probe checked the one algorithm) that algorithm."""
-    caps = table.lookup(version)
-    if caps is not None:
-        return sorted(caps.builders(with_fix=fix_applied))
-    return [algorithm] if fix_applied else []
+    if verdict.kind != UNKNOWN:
+        return sorted(verdict.builders)
+    return [verdict.algorithm] if verdict.with_fix else []
 
 
 def _image_status(ip: ImagePlan, table: CapabilityTable, resolved: str | None, fix_applied: bool | None,
@@ -161,8 +160,9 @@ def _image_status(ip: ImagePlan, table: CapabilityTable, resolved: str | None, f
     if ip.sglang_version:
         out["sglangVersion"] = ip.sglang_version
     if resolved and fix_applied is not None:
-        builders = pd_builders(table, ip.sglang_version, fix_applied, ip.algorithm)
-        if builders or table.lookup(ip.sglang_version) is not None:
+        verdict = table.verdict(ip.sglang_version, ip.algorithm, with_fix=fix_applied)
+        builders = pd_builders(verdict)
+        if builders or verdict.kind != UNKNOWN:
             out["pdBuilders"] = builders
     if ip.decision == BUILD and ip.build_key and ip.target:
         out["buildKey"] = ip.build_key

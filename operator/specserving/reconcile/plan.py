@@ -8,7 +8,7 @@ from typing import Any
 
 from specserving.api.loading import spec_of
 from specserving.api.types import SpecServingSpec
-from specserving.capabilities import CapabilityTable
+from specserving.capabilities import UNKNOWN, CapabilityTable
 from specserving.capabilities import load as load_capabilities
 from specserving.imagebuild.planning import NOT_NEEDED, ImagePlan
 from specserving.imagebuild.planning import plan as plan_image
@@ -37,6 +37,8 @@ class Plan:
     # Why the base image cannot run the spec as-is (a build may fix that), or None.
     unrunnable: str | None = None
     obj: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # The capability table the plan was made with (the operator's, or a test's).
+    table: CapabilityTable = field(default_factory=load_capabilities, repr=False, compare=False)
     _rendered: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -58,9 +60,10 @@ class Plan:
                                "fixApplied": self.image.fix_applied}
         if self.image.sglang_version:
             out["sglangVersion"] = self.image.sglang_version
-            if load_capabilities().lookup(self.image.sglang_version) is not None:
-                out["pdBuilders"] = pd_builders(load_capabilities(), self.image.sglang_version,
-                                                self.image.fix_applied, self.spec.speculative.algorithm)
+            verdict = self.table.verdict(self.image.sglang_version, self.spec.speculative.algorithm,
+                                         with_fix=self.image.fix_applied)
+            if verdict.kind != UNKNOWN:
+                out["pdBuilders"] = pd_builders(verdict)
         return out
 
     def children_for(self, image: ResolvedImage) -> tuple[dict[str, Any], ...]:
@@ -80,33 +83,34 @@ def make_plan(obj: dict[str, Any], build: BuildConfig | None = None) -> Plan:
     meta = obj.get("metadata") or {}
     uid, generation = meta.get("uid", ""), int(meta.get("generation") or 0)
     clean = {k: v for k, v in obj.items() if k != "status"}
-    report = validate(clean, run_cel=False)
+    report = validate(clean, build.table, run_cel=False)
     warnings = tuple(str(w) for w in report.warnings)
     if report.errors:
         spec = None if report.malformed else spec_of(clean)
-        return Plan(uid, generation, errors=tuple(str(e) for e in report.errors), warnings=warnings, spec=spec)
+        return Plan(uid, generation, errors=tuple(str(e) for e in report.errors), warnings=warnings, spec=spec,
+                    table=build.table)
     spec = spec_of(clean)
     image = base_image(spec)
     image_plan = plan_image(spec, build.table, fix_version=build.fix_version, default_registry=build.registry)
     problem = missing_builder(spec, image, build.table)
     if problem or image_plan.decision != NOT_NEEDED:
         return Plan(uid, generation, warnings=warnings, spec=spec, image=image, image_plan=image_plan,
-                    unrunnable=problem, obj=clean)
+                    unrunnable=problem, obj=clean, table=build.table)
     return Plan(uid, generation, warnings=warnings, spec=spec, image=image, image_plan=image_plan,
-                children=tuple(render(clean, image)), obj=clean)
+                children=tuple(render(clean, image)), obj=clean, table=build.table)
 
 
-def missing_builder(spec: SpecServingSpec, image: ResolvedImage, table: CapabilityTable | None = None) -> str | None:
+def missing_builder(spec: SpecServingSpec, image: ResolvedImage, table: CapabilityTable) -> str | None:
     """Why `image` would crash the first decode, or None. Admission allows an algorithm that only the project's
     fix supplies (build policy IfNeeded); until the fixed image is built, no decode pod may start. The controller
     checks every image it is about to deploy, the built one included."""
-    caps = (table or load_capabilities()).lookup(image.sglang_version)
-    alg = spec.speculative.algorithm
-    if caps is None or alg in caps.builders(with_fix=image.fix_applied):
+    verdict = table.verdict(image.sglang_version, spec.speculative.algorithm, with_fix=image.fix_applied)
+    if verdict.kind == UNKNOWN or verdict.runs:
         return None
+    alg = verdict.algorithm
     if image.fix_applied:
         return (f"image {image.ref} (SGLang {image.sglang_version} with the fix) has no PD-decode draft-input "
                 f"builder for {alg}, so no decode pod is started")
     return (f"image {image.ref} (SGLang {image.sglang_version}) has no PD-decode draft-input builder for {alg} and "
             f"the fixed image is not built yet, so no decode pod is started; algorithms this image can run: "
-            f"{', '.join(sorted(caps.builders(with_fix=image.fix_applied))) or 'none'}")
+            f"{', '.join(sorted(verdict.builders)) or 'none'}")
