@@ -24,7 +24,9 @@ venv: $(PY) ## create .venv with the operator and its test tools
 
 test: test-unit test-decode-path test-cluster ## run every test tier (unit, decode_path, cluster)
 
-test-unit: $(PY) ## pure tests: spec model, CRD, renderer golden files, validation
+test-unit: $(PY) ## pure tests: spec model, CRD, renderer golden files, validation; the layers and types
+	$(VENV)/bin/lint-imports --no-cache
+	$(PY) -m mypy
 	$(PY) -m pytest tests/unit
 
 test-decode-path: $(PY) ## the real SGLang wheels of every supported version, on CPU

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
 # What a version's PD decode path does with an algorithm (CapabilityTable.verdict).
 UPSTREAM = "Upstream"  # SGLang's own builder: the base image serves it
@@ -114,7 +115,7 @@ def version_from_image(image: str) -> str | None:
     return m.group(1) if m else None
 
 
-def parse_table(doc: dict) -> CapabilityTable:
+def parse_table(doc: dict[str, Any]) -> CapabilityTable:
     versions = {}
     for row in doc["versions"]:
         versions[row["sglang"]] = VersionCapabilities(

@@ -12,6 +12,7 @@ from typing import Any
 
 import celpy
 from celpy import celtypes
+from celpy.adapter import json_to_cel
 
 from specserving.problems import Problem
 
@@ -43,7 +44,7 @@ def _program(expr: str) -> Any:
 
 
 def _evaluate(expr: str, value: Any) -> Any:
-    return _program(expr).evaluate({"self": celpy.json_to_cel(value)})
+    return _program(expr).evaluate({"self": json_to_cel(value)})
 
 
 def _rule_problems(path: str, value: Any, rules: list[dict[str, Any]]) -> list[Problem]:

@@ -12,8 +12,8 @@ from typing import Any, NewType
 
 # Opaque Kubernetes sub-objects (resources, affinity, env...) that we pass through to pods unchanged.
 # The schema keeps them with x-kubernetes-preserve-unknown-fields; the apiserver's own pod validation checks them.
-RawObject = NewType("RawObject", dict)
-StringMap = NewType("StringMap", dict)
+RawObject = NewType("RawObject", dict[str, Any])
+StringMap = NewType("StringMap", dict[str, str])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +82,8 @@ def json_name(f: dataclasses.Field[Any]) -> str:
 
 def static_default(f: dataclasses.Field[Any]) -> Any:
     """The field's static default as plain data, or None when it has none."""
-    if f.default_factory is not MISSING:  # type: ignore[misc]
-        value = f.default_factory()  # type: ignore[misc]
+    if f.default_factory is not MISSING:
+        value = f.default_factory()
         # An object default of {} lets the apiserver fill the nested defaults, as Kubernetes' own types do.
         return {} if dataclasses.is_dataclass(value) else value
     if f.default is MISSING or f.default is None:

@@ -36,7 +36,7 @@ def _fields(cls: type) -> tuple[tuple[str, str, Any], ...]:
 def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     """Build `cls` from its JSON form; absent optional fields take the dataclass defaults."""
     kwargs = {}
-    for attr, name, tp in _fields(cls):
+    for attr, name, tp in _fields(typing.cast(type, cls)):
         if name in data:
             kwargs[attr] = _convert(tp, data[name])
     return cls(**kwargs)

@@ -59,7 +59,7 @@ def type_schema(tp: Any) -> dict[str, Any]:
     if typing.get_origin(tp) is list:
         (item,) = typing.get_args(tp)
         return {"type": "array", "items": type_schema(item)}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return object_schema(tp)
     raise TypeError(f"no schema for API type {tp!r}")
 

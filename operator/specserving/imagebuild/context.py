@@ -59,6 +59,6 @@ def load(directory: Path | None = None) -> BuildContext:
     if size > MAX_BYTES:
         raise ContextError(f"the build context {root} is {size} bytes; a ConfigMap holds at most {MAX_BYTES}")
     h = hashlib.sha256()
-    for rel, text in files.items():
-        h.update(rel.encode() + b"\0" + text.encode() + b"\0")
+    for name, text in files.items():
+        h.update(name.encode() + b"\0" + text.encode() + b"\0")
     return BuildContext(files=files, digest=h.hexdigest())

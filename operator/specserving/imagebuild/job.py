@@ -117,7 +117,8 @@ def build_objects(plan: ImagePlan, context: BuildContext, *, namespace: str, pus
             },
         },
     }
-    return json.loads(json.dumps([config_map, job]))  # unshared dicts: callers mutate and serialise these
+    unshared: list[dict[str, Any]] = json.loads(json.dumps([config_map, job]))  # callers mutate and serialise these
+    return unshared
 
 
 def owned_by(config_map: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:

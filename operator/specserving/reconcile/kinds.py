@@ -8,6 +8,7 @@ the API server's discovery decides at apply time whether a kind is served.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class UnknownKind(Exception):
     """The renderer emitted a kind this table lacks: a programming error."""
 
 
-def kind_of(obj: dict) -> ChildKind:
+def kind_of(obj: dict[str, Any]) -> ChildKind:
     """The table row of a rendered or observed object."""
     try:
         return _BY_KIND[(obj["apiVersion"], obj["kind"])]

@@ -38,7 +38,7 @@ def render(obj: dict[str, Any], image: ResolvedImage | None = None) -> list[dict
     image = image or base_image(spec)
     # Unshared copies (a JSON round trip; deepcopy would keep the sharing): builders reuse label dicts, and
     # callers mutate and serialise what they get back.
-    children = json.loads(json.dumps([
+    children: list[dict[str, Any]] = json.loads(json.dumps([
         *render_pool(name, spec, L.PREFILL, image),
         *render_pool(name, spec, L.DECODE, image),
         *render_router(name, spec, image),

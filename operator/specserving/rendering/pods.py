@@ -59,7 +59,7 @@ def _env(spec: SpecServingSpec, role: str) -> list[dict[str, Any]]:
 
 def _resources(spec: SpecServingSpec, role: str) -> dict[str, Any]:
     pool = spec.prefill if role == L.PREFILL else spec.decode
-    res = copy.deepcopy(pool.resources or {})
+    res: dict[str, Any] = copy.deepcopy(pool.resources or {})
     device = {GPU_RESOURCE: str(gpus_per_pod(spec, role))}
     if rdma_per_pod(spec, role):
         device[spec.transfer.rdma.resource_name] = str(rdma_per_pod(spec, role))

@@ -42,8 +42,9 @@ def register(registry: kopf.OperatorRegistry, metrics: WebhookMetrics) -> None:
     """Add the SpecServing validating handler to `registry`."""
 
     @kopf.on.validate(GROUP, VERSION, PLURAL, id=HANDLER_ID, operations=["CREATE", "UPDATE"], registry=registry)
-    def validate_specserving(body: kopf.Body, old: kopf.Body | None, operation: str, warnings: list[str],
-                             **_: Any) -> None:
+    def validate_specserving(*, body: kopf.Body, warnings: list[str], old: kopf.Body | None = None,
+                             operation: str = "UNKNOWN", **_: Any) -> None:
+        # kopf passes old and operation to validating handlers, though its WebhookFn protocol does not list them.
         started = time.perf_counter()
         new_obj = plain(body)
         meta = new_obj.get("metadata", {})
