@@ -7,6 +7,9 @@ SpecServing's own name. The CRD enforces the cap with a CEL rule generated from 
 
 from __future__ import annotations
 
+# The pools' roles: the values of the role label, and what SpecServingSpec.pool takes.
+PREFILL, DECODE, ROUTER = "prefill", "decode", "router"
+
 DNS_LABEL_MAX = 63
 PREFILL_SUFFIX = "prefill"
 DECODE_SUFFIX = "decode"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from specserving.api.fields import CelRule, RawObject, StringMap, field
+from specserving.api.naming import DECODE, PREFILL
 
 ALGORITHMS = ("DSPARK", "DFLASH", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM", "UNO")
 TRANSFER_BACKENDS = ("mooncake", "mooncake_tcp", "nixl")
@@ -444,3 +445,11 @@ class SpecServingSpec:
                                    default_factory=TransferSpec)
     router: RouterSpec = field("router is the SGLang router in PD service-discovery mode.",
                                default_factory=RouterSpec)
+
+    def pool(self, role: str) -> PoolSpec:
+        """The prefill or the decode pool, by role (api.naming.PREFILL or DECODE)."""
+        if role == PREFILL:
+            return self.prefill
+        if role == DECODE:
+            return self.decode
+        raise ValueError(f"no pool has the role {role!r}")

@@ -53,7 +53,7 @@ OWNED_FLAGS: dict[str, str] = {
 def server_args(spec: SpecServingSpec, role: str, *, multinode: bool) -> list[str]:
     """The SGLang flags of one pool's serving container (its command is LAUNCHER)."""
     eng, spec_dec, transfer = spec.engine, spec.speculative, spec.transfer
-    pool = spec.prefill if role == PREFILL else spec.decode
+    pool = spec.pool(role)
     args = ["--model-path", spec.model.path]
     if spec.model.served_model_name:
         args += ["--served-model-name", spec.model.served_model_name]

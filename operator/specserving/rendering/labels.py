@@ -9,7 +9,10 @@ MULTUS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 FIELD_MANAGER = "specserving-operator"
 
-PREFILL, DECODE, ROUTER = "prefill", "decode", "router"
+# The role label's values, re-exported: rendering code says L.PREFILL.
+from specserving.api.naming import DECODE as DECODE
+from specserving.api.naming import PREFILL as PREFILL
+from specserving.api.naming import ROUTER as ROUTER
 
 
 def selector(instance: str, role: str) -> dict[str, str]:

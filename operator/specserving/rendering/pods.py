@@ -23,7 +23,7 @@ DEREGISTER_SECONDS = 15
 
 def gpus_per_pod(spec: SpecServingSpec, role: str) -> int:
     """GPUs of one pod: the replica's tp spread over its nodes."""
-    pool = spec.prefill if role == L.PREFILL else spec.decode
+    pool = spec.pool(role)
     return spec.engine.tp // pool.nodes_per_replica
 
 
@@ -52,13 +52,13 @@ def _env(spec: SpecServingSpec, role: str) -> list[dict[str, Any]]:
             env.append({"name": "SGLANG_RAGGED_VERIFY_MODE", "value": "static"})
         if spec.speculative.algorithm == "DFLASH":
             env.append({"name": "SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION", "value": "0"})
-    pool = spec.prefill if role == L.PREFILL else spec.decode
+    pool = spec.pool(role)
     env += copy.deepcopy(spec.engine.env or []) + copy.deepcopy(pool.env or [])
     return env
 
 
 def _resources(spec: SpecServingSpec, role: str) -> dict[str, Any]:
-    pool = spec.prefill if role == L.PREFILL else spec.decode
+    pool = spec.pool(role)
     res: dict[str, Any] = copy.deepcopy(pool.resources or {})
     device = {GPU_RESOURCE: str(gpus_per_pod(spec, role))}
     if rdma_per_pod(spec, role):
@@ -92,7 +92,7 @@ def _drain_command(port: int, grace: int, metrics: bool) -> list[str]:
 
 
 def _probes(spec: SpecServingSpec, role: str) -> dict[str, Any]:
-    pool = spec.prefill if role == L.PREFILL else spec.decode
+    pool = spec.pool(role)
     http = {"path": "/health", "port": "http"}
     return {
         "startupProbe": {"httpGet": http, "periodSeconds": PROBE_PERIOD_SECONDS, "timeoutSeconds": 5,
@@ -147,7 +147,7 @@ def _default_affinity(name: str, role: str) -> dict[str, Any]:
 def pod_template(name: str, spec: SpecServingSpec, role: str, image: ResolvedImage, *,
                  multinode: bool = False, leader: bool = True) -> dict[str, Any]:
     """The pod template of one pool. For a LeaderWorkerSet, `leader` picks the HTTP-serving rank-0 pod."""
-    pool = spec.prefill if role == L.PREFILL else spec.decode
+    pool = spec.pool(role)
     volumes, mounts = _volumes(spec)
     container: dict[str, Any] = {
         "name": "sglang",

@@ -14,13 +14,9 @@ from specserving.rendering.pods import pod_template
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 
 
-def _pool(spec: SpecServingSpec, role: str) -> Any:
-    return spec.prefill if role == L.PREFILL else spec.decode
-
-
 def workload(name: str, spec: SpecServingSpec, role: str, image: ResolvedImage) -> dict[str, Any]:
     """The Deployment (one node per replica) or LeaderWorkerSet (several) of one pool."""
-    pool = _pool(spec, role)
+    pool = spec.pool(role)
     meta = {"name": child_name(name, role), "labels": L.labels(name, role)}
     if pool.nodes_per_replica == 1:
         return {

@@ -17,7 +17,7 @@ DEFAULT_RESOURCES = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memo
 
 def _selector_args(name: str, spec: SpecServingSpec, role: str) -> list[str]:
     sel = L.selector(name, role)
-    pool = spec.prefill if role == L.PREFILL else spec.decode
+    pool = spec.pool(role)
     if pool.nodes_per_replica > 1:
         sel[L.LWS_WORKER_INDEX] = "0"  # only a LeaderWorkerSet's leader serves HTTP
     return [f"{k}={v}" for k, v in sorted(sel.items())]
