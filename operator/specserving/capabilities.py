@@ -18,7 +18,7 @@ from typing import Any
 UPSTREAM = "Upstream"  # SGLang's own builder: the base image serves it
 NEEDS_FIX = "NeedsFix"  # no builder upstream; the project's fix supplies one
 NO_BUILDER = "None"  # no builder, with or without the fix
-UNKNOWN = "Unknown"  # the version is not in the table (or could not be told): the build probe decides
+UNKNOWN_VERSION = "Unknown"  # the version is not in the table (or could not be told): the build probe decides
 
 _TAG_VERSION = re.compile(r"(?:^|[^0-9])v?(\d+\.\d+\.\d+(?:\.post\d+)?)(?:$|[^0-9.])")
 
@@ -78,7 +78,7 @@ class CapabilityTable:
         it decides `builders` and `runs`, not `kind`."""
         caps = self.lookup(version)
         if caps is None:
-            return Verdict(UNKNOWN, version, algorithm, frozenset(), False, with_fix)
+            return Verdict(UNKNOWN_VERSION, version, algorithm, frozenset(), False, with_fix)
         if algorithm in caps.upstream:
             kind = UPSTREAM
         elif algorithm in caps.with_fix:

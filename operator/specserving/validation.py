@@ -14,7 +14,7 @@ from specserving import API_VERSION, KIND
 from specserving.api import cel, structural
 from specserving.api.loading import defaulted, schema, spec_of
 from specserving.api.types import SpecServingSpec
-from specserving.capabilities import NEEDS_FIX, UNKNOWN, CapabilityTable, load, version_key
+from specserving.capabilities import NEEDS_FIX, UNKNOWN_VERSION, CapabilityTable, load, version_key
 from specserving.problems import Problem, Report
 from specserving.rendering.args import OWNED_FLAGS, flag_name
 from specserving.rendering.image import sglang_version
@@ -46,7 +46,7 @@ def check_pd_builder(spec: SpecServingSpec, table: CapabilityTable) -> Report:
             + ("; until then the build probe decides" if may_build else ""))))
         return report
     verdict = table.verdict(version, alg, with_fix=may_build)
-    if verdict.kind == UNKNOWN:
+    if verdict.kind == UNKNOWN_VERSION:
         report.warnings.append(Problem("spec.image.sglangVersion", (
             f"SGLang {version} is not in the capability table (known: {', '.join(sorted(table.versions, key=version_key))}); "
             + ("the build probe will decide whether it has a PD-decode builder for " + alg if may_build else

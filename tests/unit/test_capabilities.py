@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specserving.capabilities import NEEDS_FIX, NO_BUILDER, UNKNOWN, UPSTREAM, load, version_from_image, version_key
+from specserving.capabilities import NEEDS_FIX, NO_BUILDER, UNKNOWN_VERSION, UPSTREAM, load, version_from_image, version_key
 
 TABLE = load()
 EAGLE_FAMILY = {"EAGLE", "EAGLE3", "FROZEN_KV_MTP"}
@@ -66,13 +66,13 @@ def test_version_from_image(image: str, version: str | None) -> None:
     ("0.5.16", "DSPARK", True, NEEDS_FIX, True),
     ("0.5.18", "DFLASH", True, NEEDS_FIX, True),
     ("0.5.18", "NGRAM", True, NO_BUILDER, False),
-    ("0.9.99", "EAGLE3", True, UNKNOWN, False),
-    (None, "EAGLE3", False, UNKNOWN, False),
+    ("0.9.99", "EAGLE3", True, UNKNOWN_VERSION, False),
+    (None, "EAGLE3", False, UNKNOWN_VERSION, False),
 ])
 def test_verdict_kinds(version: str | None, algorithm: str, with_fix: bool, kind: str, runs: bool) -> None:
     verdict = TABLE.verdict(version, algorithm, with_fix=with_fix)
     assert (verdict.kind, verdict.runs) == (kind, runs)
-    if kind == UNKNOWN:
+    if kind == UNKNOWN_VERSION:
         assert verdict.builders == frozenset() and not verdict.knows_algorithm
     else:
         caps = TABLE.versions[version]

@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 
 from specserving.api.types import SpecServingSpec
-from specserving.capabilities import NEEDS_FIX, UNKNOWN, UPSTREAM, CapabilityTable
+from specserving.capabilities import NEEDS_FIX, UNKNOWN_VERSION, UPSTREAM, CapabilityTable
 from specserving.rendering.image import sglang_version
 
 NOT_NEEDED, BUILD, CANNOT_SERVE = "NotNeeded", "Build", "CannotServe"
@@ -59,10 +59,10 @@ def plan(spec: SpecServingSpec, table: CapabilityTable, *, fix_version: str,
         return ImagePlan(NOT_NEEDED, base, version, alg, f"SGLang {version} has its own PD-decode builder for {alg}")
     if verdict.kind == NEEDS_FIX and may_build:
         return build(f"SGLang {version} lacks the PD-decode builder for {alg}; the fixed image adds it")
-    if verdict.kind == UNKNOWN and may_build:
+    if verdict.kind == UNKNOWN_VERSION and may_build:
         return build(f"SGLang version {version or 'unknown'} is not in the capability table; the build probe "
                      f"decides whether {alg} has a PD-decode builder")
-    if verdict.kind == UNKNOWN:
+    if verdict.kind == UNKNOWN_VERSION:
         return ImagePlan(NOT_NEEDED, base, version, alg, "build.policy is Never; the base image is used as-is")
     return ImagePlan(CANNOT_SERVE, base, version, alg,
                      f"SGLang {version} has no PD-decode builder for {alg}, with or without the fix"

@@ -12,15 +12,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from specserving.capabilities import UNKNOWN, CapabilityTable, Verdict
+from specserving.capabilities import UNKNOWN_VERSION, CapabilityTable, Verdict
 from specserving.capabilities import load as load_capabilities
 from specserving.imagebuild.context import BuildContext
 from specserving.imagebuild.job import BUILD_LABEL, BuildSettings, digest_from_message
 from specserving.imagebuild.planning import BUILD, CANNOT_SERVE, IMAGE_NAME, NOT_NEEDED, ImagePlan
 from specserving.reconcile import reasons as R
+from specserving.reconcile.conditions import FALSE, TRUE
 from specserving.rendering.image import ResolvedImage
 
-TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
 # How much of a failed build's log (its termination message) goes into the condition.
 LOG_TAIL_BYTES = 2000
 JOB_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
@@ -145,7 +145,7 @@ def built_ref(registry: str, digest: str) -> str:
 def pd_builders(verdict: Verdict) -> list[str]:
     """The algorithms with a PD-decode builder in the image: the table's, or (for a version it lacks, where the
     build probe checked the one algorithm) that algorithm."""
-    if verdict.kind != UNKNOWN:
+    if verdict.kind != UNKNOWN_VERSION:
         return sorted(verdict.builders)
     return [verdict.algorithm] if verdict.with_fix else []
 
@@ -162,7 +162,7 @@ def _image_status(ip: ImagePlan, table: CapabilityTable, resolved: str | None, f
     if resolved and fix_applied is not None:
         verdict = table.verdict(ip.sglang_version, ip.algorithm, with_fix=fix_applied)
         builders = pd_builders(verdict)
-        if builders or verdict.kind != UNKNOWN:
+        if builders or verdict.kind != UNKNOWN_VERSION:
             out["pdBuilders"] = builders
     if ip.decision == BUILD and ip.build_key and ip.target:
         out["buildKey"] = ip.build_key

@@ -65,7 +65,3 @@ def kind_of(obj: dict[str, Any]) -> ChildKind:
     except KeyError:
         raise UnknownKind(f"no child kind for apiVersion {obj.get('apiVersion')!r} kind {obj.get('kind')!r}; "
                           "add it to specserving.reconcile.kinds.CHILD_KINDS") from None
-
-
-def group_of(api_version: str) -> str:
-    return api_version.rpartition("/")[0]

@@ -8,7 +8,7 @@ from typing import Any
 
 from specserving.api.loading import spec_of
 from specserving.api.types import SpecServingSpec
-from specserving.capabilities import UNKNOWN, CapabilityTable
+from specserving.capabilities import UNKNOWN_VERSION, CapabilityTable
 from specserving.capabilities import load as load_capabilities
 from specserving.imagebuild.planning import NOT_NEEDED, ImagePlan
 from specserving.imagebuild.planning import plan as plan_image
@@ -62,7 +62,7 @@ class Plan:
             out["sglangVersion"] = self.image.sglang_version
             verdict = self.table.verdict(self.image.sglang_version, self.spec.speculative.algorithm,
                                          with_fix=self.image.fix_applied)
-            if verdict.kind != UNKNOWN:
+            if verdict.kind != UNKNOWN_VERSION:
                 out["pdBuilders"] = pd_builders(verdict)
         return out
 
@@ -105,7 +105,7 @@ def missing_builder(spec: SpecServingSpec, image: ResolvedImage, table: Capabili
     fix supplies (build policy IfNeeded); until the fixed image is built, no decode pod may start. The controller
     checks every image it is about to deploy, the built one included."""
     verdict = table.verdict(image.sglang_version, spec.speculative.algorithm, with_fix=image.fix_applied)
-    if verdict.kind == UNKNOWN or verdict.runs:
+    if verdict.kind == UNKNOWN_VERSION or verdict.runs:
         return None
     alg = verdict.algorithm
     if image.fix_applied:
