@@ -22,11 +22,12 @@ import kopf
 
 from specserving import GROUP, KIND, PLURAL, VERSION
 from specserving.imagebuild.job import BUILD_LABEL
-from specserving.reconcile.controller import (BUILD_JOB_INDEX, BUILD_POD_INDEX, OWNER_INDEX, POD_INDEX, Blocked,
-                                              Controller, Rejected, child_index)
+from specserving.reconcile.controller import Controller
+from specserving.reconcile.errors import Blocked, Rejected
 from specserving.reconcile.image import build_job_of, build_pod_of
 from specserving.reconcile.kinds import CHILD_KINDS, ChildKind
 from specserving.reconcile.observed import child_of, pod_of, ref_of
+from specserving.reconcile.watched import BUILD_JOB_INDEX, BUILD_POD_INDEX, OWNER_INDEX, POD_INDEX, child_index
 from specserving.rendering import labels as L
 
 PREFIX = "operator.specserving.io"

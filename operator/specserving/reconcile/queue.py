@@ -1,0 +1,75 @@
+"""The work queue: events for one SpecServing coalesce into one more pass, passes for it run one at a time, and a
+failed pass is retried with backoff. kopf's own handler retries cover only its handlers; child and pod events,
+build events and the resync come through here."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from specserving.reconcile.errors import Blocked, Rejected
+from specserving.reconcile.state import Key, OwnerState
+
+log = logging.getLogger("specserving.reconcile")
+
+MAX_BACKOFF_SECONDS = 60.0
+
+Converge = Callable[[Key, dict[str, Any]], Awaitable[str]]
+
+
+class WorkQueue:
+    """Runs `converge(key, body)` for the latest body `body_of(key)` whenever a SpecServing is poked."""
+
+    def __init__(self, body_of: Callable[[Key], dict[str, Any] | None], state_of: Callable[[Key], OwnerState],
+                 converge: Converge) -> None:
+        self.body_of, self.state_of, self.converge = body_of, state_of, converge
+
+    def poke(self, key: Key) -> None:
+        """Something about this SpecServing changed (a child, a pod, a resync): converge soon, once."""
+        if self.body_of(key) is None:
+            return
+        st = self.state_of(key)
+        st.dirty = True
+        if not st.draining:
+            st.draining = True
+            asyncio.get_running_loop().create_task(self._drain(key, st))
+
+    async def _drain(self, key: Key, st: OwnerState) -> None:
+        try:
+            while st.dirty:
+                # The lock is taken per pass, not across the loop: the kopf handler of this SpecServing waits on
+                # it, and kopf updates this SpecServing's index entry (a new generation, its deletion) only after
+                # that handler returns. Held across passes that pokes keep renewing (resyncs, pod and child events),
+                # it starved the handler, so passes went on with a stale body, or for an owner already deleted.
+                async with st.lock:
+                    st.dirty = False
+                    body = self.body_of(key)
+                    if body is None:
+                        return
+                    try:
+                        await self.converge(key, body)
+                        st.failures = 0
+                    except Rejected:
+                        pass
+                    except Blocked as exc:
+                        if exc.retry:
+                            self.retry_later(key, st, exc.retry)
+                    except Exception as exc:  # noqa: BLE001 - retried with backoff, never lost
+                        st.failures += 1
+                        delay = min(MAX_BACKOFF_SECONDS, 2.0 ** st.failures)
+                        log.warning("%s/%s: converge failed (retry in %.0fs): %s", *key, delay, exc)
+                        self.retry_later(key, st, delay)
+        finally:
+            st.draining = False
+
+    def retry_later(self, key: Key, st: OwnerState, delay: float) -> None:
+        if st.retry is not None:
+            st.retry.cancel()
+        st.retry = asyncio.get_running_loop().call_later(delay, self.poke, key)
+
+    @staticmethod
+    def cancel(st: OwnerState) -> None:
+        if st.retry is not None:
+            st.retry.cancel()

@@ -1,0 +1,44 @@
+"""What the operator remembers about one SpecServing between passes (per process; rebuilt on restart)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from specserving.reconcile.observed import ChildRef
+from specserving.reconcile.plan import Plan
+
+Key = tuple[str, str]  # (namespace, name)
+
+
+@dataclass
+class Applied:
+    """A child as we last applied it: the rendering's digest and the API server's answer."""
+
+    digest: str
+    resource_version: str
+    uid: str = ""
+
+
+@dataclass
+class OwnerState:
+    """One SpecServing's memory: the work queue's fields first, then the converge pass's."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    dirty: bool = False
+    draining: bool = False
+    retry: asyncio.TimerHandle | None = None
+    failures: int = 0
+    plan: Plan | None = None
+    applied: dict[ChildRef, Applied] = field(default_factory=dict)
+    # The uid of the last deletion the watch showed per child: an object we applied that is already gone must be
+    # applied again, even when its DELETED event came before our apply call returned.
+    deleted: dict[ChildRef, str] = field(default_factory=dict)
+    applied_generation: int | None = None
+    # The status before and after our last write, to tell a stale watch view from a fresh one.
+    written: tuple[Any, dict[str, Any]] | None = None
+    # The last (status, reason) posted as an event per condition type, so no transition is posted twice.
+    posted: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # The digests of a rendering (renderings are cached per plan), so a pass does not hash every child again.
+    digests: tuple[tuple[dict[str, Any], ...], tuple[str, ...]] | None = None
