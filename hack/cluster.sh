@@ -112,7 +112,7 @@ build_kube() {
     done
     ldflags+=" -X sigs.k8s.io/kwok/pkg/consts.Version=v$KWOK_VERSION -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=v$K8S_VERSION"
     ldflags+=" -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
-    log "building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, kwokctl, helm" \
+    log "building kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, kube-proxy, kwok, kwokctl, helm" \
         "(cold: ~20 CPU-minutes, 18 min on 2 lightly shared cores) ($(elapsed "$t"))"
     go build -p "${SPECSERVING_GO_P:-2}" -o "$out/" -ldflags "$ldflags" \
         k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
