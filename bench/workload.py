@@ -50,7 +50,7 @@ def render(obj: dict[str, Any]) -> list[dict[str, Any]]:
     report = validate(obj)
     if report.errors:
         raise RuntimeError(f"the bench's SpecServing is refused: {[str(e) for e in report.errors]}")
-    return render_children(obj)
+    return render_children(report.spec, obj["metadata"])
 
 
 def refs(children: list[dict[str, Any]]) -> list[tuple[str, str]]:

@@ -9,15 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from specserving.api.loading import spec_of
+from specserving.api.types import SpecServingSpec
 from specserving.capabilities import CapabilityTable
 from specserving.problems import Problem, Report
 from specserving.validation import validate
 
 
-def _unsafe_update(new: dict[str, Any], old: dict[str, Any]) -> Report:
+def _unsafe_update(new_spec: SpecServingSpec, old: dict[str, Any]) -> Report:
     """Changes that cannot be rolled out without breaking serving pods that are running."""
     report = Report()
-    new_spec, old_spec = spec_of(new), spec_of(old)
+    old_spec = spec_of(old)
     running = old_spec.prefill.replicas + old_spec.decode.replicas
     if new_spec.transfer.backend != old_spec.transfer.backend and running:
         report.errors.append(Problem("spec.transfer.backend", (
@@ -42,8 +43,8 @@ def review(new: dict[str, Any], old: dict[str, Any] | None, table: CapabilityTab
     re-evaluated here.
     """
     report = validate(new, table, run_cel=False)
-    if old is not None and report.ok and not _deleting(new):
-        report.extend(_unsafe_update(new, old))
+    if old is not None and report.ok and report.spec is not None and not _deleting(new):
+        report.extend(_unsafe_update(report.spec, old))
     return report
 
 

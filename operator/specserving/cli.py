@@ -74,7 +74,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         return EXIT_INVALID if report.malformed else EXIT_REFUSED
     if args.namespace:
         obj.setdefault("metadata", {})["namespace"] = args.namespace
-    sys.stdout.write(_dump_all(render(obj)))
+    sys.stdout.write(_dump_all(render(report.spec, obj["metadata"])))
     return 0
 
 

@@ -12,7 +12,8 @@ from typing import Any
 
 from specserving import API_VERSION, KIND
 from specserving.api import cel, structural
-from specserving.api.loading import defaulted, schema, spec_of
+from specserving.api.loading import defaulted, schema
+from specserving.api.parsing import from_dict
 from specserving.api.types import SpecServingSpec
 from specserving.capabilities import NEEDS_FIX, UNKNOWN_VERSION, CapabilityTable, load, version_key
 from specserving.problems import Problem, Report
@@ -180,6 +181,6 @@ def validate(obj: dict[str, Any], table: CapabilityTable | None = None, *, run_c
         return report  # CEL and semantics assume the shape is right
     if run_cel:
         report.errors += cel.check(full, schema())
-    semantics = semantic_checks(spec_of(full), table)
-    report.extend(semantics)
+    report.spec = from_dict(SpecServingSpec, full.get("spec", {}))  # already defaulted: parsed, not defaulted again
+    report.extend(semantic_checks(report.spec, table))
     return report

@@ -29,7 +29,7 @@ def _containers(example: Path) -> list[tuple[str, str | None, dict[str, Any]]]:
         if not obj:
             continue
         version = base_image(spec_of(obj)).sglang_version
-        for manifest in render(obj):
+        for manifest in render(spec_of(obj), obj["metadata"]):
             role = manifest["metadata"].get("labels", {}).get("specserving.io/role")
             if manifest["kind"] != "Deployment" or role not in ("prefill", "decode", "router"):
                 continue

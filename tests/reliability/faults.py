@@ -25,6 +25,7 @@ import pytest
 import yaml
 from cluster.kube import Cluster, cluster_sh, condition, parse_env, wait_for
 from cluster.operating import CHILD_KINDS, SPECSERVING, Operator
+from specserving.api.loading import spec_of
 from specserving.rendering import render
 
 FULL = os.environ.get("SPECSERVING_RELIABILITY", "") == "full"
@@ -105,7 +106,7 @@ def expected_children(obj: Mapping[str, Any], ns: str) -> set[tuple[str, str]]:
     """(kind, name) of every child of the stored SpecServing `obj`: the renderer behind `specserving render`."""
     clean = {k: v for k, v in obj.items() if k != "status"}
     clean["metadata"] = {**obj["metadata"], "namespace": ns}
-    return {(c["kind"], c["metadata"]["name"]) for c in render(clean)}
+    return {(c["kind"], c["metadata"]["name"]) for c in render(spec_of(clean), clean["metadata"])}
 
 
 # -- what converged means ----------------------------------------------------------------------------------------

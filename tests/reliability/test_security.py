@@ -84,7 +84,7 @@ def rendered_problems(obj: dict[str, Any]) -> list[str]:
     """Security problems of every pod `obj` renders to, the build Job's included when it needs one."""
     obj = {**obj, "metadata": {**obj["metadata"], "namespace": "ns", "uid": "u-1"}}
     problems = []
-    for what, tmpl in pod_templates(render(obj)):
+    for what, tmpl in pod_templates(render(spec_of(obj), obj["metadata"])):
         problems += pod_problems(what, tmpl["spec"])
     ip = plan_image(spec_of(obj), load(), fix_version="f", default_registry="registry.example.com/ml")
     if ip.decision == BUILD:

@@ -7,6 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specserving.api.loading import spec_of
 from specserving.capabilities import load
 from specserving.rendering import render
 from specserving.validation import validate
@@ -70,7 +71,7 @@ def _pod_specs(children: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]
 def test_every_valid_spec_renders_pods_that_ask_for_their_gpus_and_rdma(obj: dict[str, Any]) -> None:
     report = validate(obj)
     assert report.ok, report.summary()
-    children = render(obj)
+    children = render(spec_of(obj), obj["metadata"])
     spec = obj["spec"]
     tp, nodes = spec["engine"]["tp"], spec["prefill"]["nodesPerReplica"]
     pods = _pod_specs(children)

@@ -9,6 +9,7 @@ import pytest
 from specserving.reconcile.drift import matches, needs_apply, parse_quantity, prunable
 from specserving.reconcile.kinds import CHILD_KINDS, kind_of
 from specserving.reconcile.observed import child_of
+from specserving.api.loading import spec_of
 from specserving.rendering import render
 
 from .builders import seed
@@ -19,7 +20,7 @@ OWNER = "uid-1"
 def rendered() -> list[dict]:
     obj = seed()
     obj["metadata"].update(namespace="ns", uid=OWNER)
-    return render(obj)
+    return render(spec_of(obj), obj["metadata"])
 
 
 def as_stored(desired: dict) -> dict:
@@ -121,7 +122,7 @@ def test_a_kind_switch_prunes_the_old_workload() -> None:
     single = rendered()
     multi_obj = seed(**{"spec.decode.nodesPerReplica": 2, "spec.decode.gpusPerNode": 4})
     multi_obj["metadata"].update(namespace="ns", uid=OWNER)
-    multi = render(multi_obj)
+    multi = render(spec_of(multi_obj), multi_obj["metadata"])
     observed = [child_of(as_stored(d)) for d in single]
     pruned = prunable(multi, observed, OWNER)
     assert [(c.ref.kind, c.ref.name) for c in pruned] == [("Deployment", "dsv4-flash-decode")]
@@ -130,5 +131,5 @@ def test_a_kind_switch_prunes_the_old_workload() -> None:
 def test_every_rendered_kind_has_a_row() -> None:
     multi_obj = seed(**{"spec.decode.nodesPerReplica": 2, "spec.decode.gpusPerNode": 4,
                         "spec.engine.metrics.serviceMonitor": True})
-    kinds = {kind_of(d).kind for d in render(multi_obj) + rendered()}
+    kinds = {kind_of(d).kind for d in render(spec_of(multi_obj), multi_obj["metadata"]) + rendered()}
     assert kinds == {k.kind for k in CHILD_KINDS}

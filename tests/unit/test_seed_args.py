@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from specserving.api.loading import spec_of
 from specserving.rendering import render
 
 from .builders import seed
@@ -56,7 +57,9 @@ def seed_flags(command: str) -> dict[str, tuple[str, ...]]:
 
 
 def rendered(role: str) -> dict[str, Any]:
-    (dep,) = [o for o in render(seed()) if o["kind"] == "Deployment" and o["metadata"]["name"] == f"dsv4-flash-{role}"]
+    obj = seed()
+    (dep,) = [o for o in render(spec_of(obj), obj["metadata"])
+              if o["kind"] == "Deployment" and o["metadata"]["name"] == f"dsv4-flash-{role}"]
     return dep["spec"]["template"]["spec"]["containers"][0]  # type: ignore[no-any-return]
 
 

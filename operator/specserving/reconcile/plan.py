@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from specserving.api.loading import spec_of
 from specserving.api.types import SpecServingSpec
 from specserving.capabilities import UNKNOWN_VERSION, CapabilityTable
 from specserving.capabilities import load as load_capabilities
@@ -71,7 +70,8 @@ class Plan:
         if self.image is not None and image == self.image and self.children:
             return self.children
         if image.ref not in self._rendered:
-            self._rendered[image.ref] = tuple(render(self.obj, image))
+            assert self.spec is not None  # only admitted plans are rendered
+            self._rendered[image.ref] = tuple(render(self.spec, self.obj["metadata"], image))
         return self._rendered[image.ref]
 
 
@@ -86,10 +86,11 @@ def make_plan(obj: dict[str, Any], build: BuildConfig | None = None) -> Plan:
     report = validate(clean, build.table, run_cel=False)
     warnings = tuple(str(w) for w in report.warnings)
     if report.errors:
-        spec = None if report.malformed else spec_of(clean)
+        spec = None if report.malformed else report.spec
         return Plan(uid, generation, errors=tuple(str(e) for e in report.errors), warnings=warnings, spec=spec,
                     table=build.table)
-    spec = spec_of(clean)
+    spec = report.spec
+    assert spec is not None  # validate parses every object it does not call malformed
     image = base_image(spec)
     image_plan = plan_image(spec, build.table, fix_version=build.fix_version, default_registry=build.registry)
     problem = missing_builder(spec, image, build.table)
@@ -97,7 +98,7 @@ def make_plan(obj: dict[str, Any], build: BuildConfig | None = None) -> Plan:
         return Plan(uid, generation, warnings=warnings, spec=spec, image=image, image_plan=image_plan,
                     unrunnable=problem, obj=clean, table=build.table)
     return Plan(uid, generation, warnings=warnings, spec=spec, image=image, image_plan=image_plan,
-                children=tuple(render(clean, image)), obj=clean, table=build.table)
+                children=tuple(render(spec, meta, image)), obj=clean, table=build.table)
 
 
 def missing_builder(spec: SpecServingSpec, image: ResolvedImage, table: CapabilityTable) -> str | None:

@@ -1,4 +1,4 @@
-"""The renderer: a pure function from a SpecServing object to every manifest of its deployment.
+"""The renderer: a pure function from a SpecServing's typed spec and metadata to every manifest of its deployment.
 
 No I/O, clocks or randomness: the same input always gives the same, sorted output. The operator, the admission
 webhook and `specserving render` all call `render`.
@@ -7,10 +7,11 @@ webhook and `specserving render` all call `render`.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from specserving import API_VERSION, KIND
-from specserving.api.loading import spec_of
+from specserving.api.types import SpecServingSpec
 from specserving.rendering import labels as L
 from specserving.rendering.image import ResolvedImage, base_image
 from specserving.rendering.pools import render_pool
@@ -20,21 +21,22 @@ _KIND_ORDER = ["ServiceAccount", "Role", "RoleBinding", "Service", "PodDisruptio
                "LeaderWorkerSet", "ServiceMonitor"]
 
 
-def owner_reference(obj: dict[str, Any]) -> dict[str, Any]:
-    meta = obj["metadata"]
-    return {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"], "uid": meta["uid"],
+def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
+    """The controller reference to the SpecServing whose metadata is `owner`."""
+    return {"apiVersion": API_VERSION, "kind": KIND, "name": owner["name"], "uid": owner["uid"],
             "controller": True, "blockOwnerDeletion": True}
 
 
-def render(obj: dict[str, Any], image: ResolvedImage | None = None) -> list[dict[str, Any]]:
-    """Every child manifest of the SpecServing `obj` (a schema-valid object; see validation.validate).
+def render(spec: SpecServingSpec, owner: Mapping[str, Any], image: ResolvedImage | None = None,
+           ) -> list[dict[str, Any]]:
+    """Every child manifest of the SpecServing with the typed `spec` (see validation.validate, which parses it
+    once) and the metadata `owner` (its name; its namespace and uid when it has them).
 
     Children carry the owner's namespace and, when the owner has a uid, an ownerReference to it.
     `image` defaults to the base image used as-is.
     """
-    spec = spec_of(obj)
-    name = obj["metadata"]["name"]
-    namespace = obj["metadata"].get("namespace")
+    name = owner["name"]
+    namespace = owner.get("namespace")
     image = image or base_image(spec)
     # Unshared copies (a JSON round trip; deepcopy would keep the sharing): builders reuse label dicts, and
     # callers mutate and serialise what they get back.
@@ -47,7 +49,7 @@ def render(obj: dict[str, Any], image: ResolvedImage | None = None) -> list[dict
         meta = child["metadata"]
         if namespace:
             meta["namespace"] = namespace
-        if obj["metadata"].get("uid"):
-            meta["ownerReferences"] = [owner_reference(obj)]
+        if owner.get("uid"):
+            meta["ownerReferences"] = [owner_reference(owner)]
     children.sort(key=lambda c: (_KIND_ORDER.index(c["kind"]), c["metadata"]["name"]))
     return children
