@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -14,20 +13,14 @@ from typing import Any
 import yaml
 
 from bench.kubeapi import Api
-from bench.operating import parse_prometheus
+from harness.cluster import REPO, cluster_sh, kube_env, parse_env
+from harness.prometheus import parse_prometheus
 
-REPO = Path(__file__).absolute().parents[1]
-CLUSTER_SH = REPO / "hack" / "cluster.sh"
 CRD = REPO / "crds" / "specserving.io_specservings.yaml"
 
 
 def log(msg: str) -> None:
     print(f"bench: {msg}", flush=True)
-
-
-def cluster_sh(command: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(CLUSTER_SH), command], env=env, text=True, capture_output=True,
-                          timeout=timeout, check=False)
 
 
 @dataclass
@@ -152,21 +145,6 @@ def stop(c: Cluster) -> None:
     down = cluster_sh("down", env, 300)
     if down.returncode != 0:
         log(f"hack/cluster.sh down failed: {down.stderr[-1000:]}")
-
-
-def parse_env(output: str) -> tuple[Path, Path]:
-    kubeconfig = re.search(r"^export KUBECONFIG=(\S+)$", output, re.M)
-    path = re.search(r"^export PATH=([^:\s]+):\$PATH$", output, re.M)
-    if not kubeconfig or not path:
-        raise RuntimeError(f"unexpected output from hack/cluster.sh env: {output!r}")
-    return Path(kubeconfig.group(1)), Path(path.group(1))
-
-
-def kube_env(kubeconfig: Path, bin_dir: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["KUBECONFIG"] = str(kubeconfig)
-    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
-    return env
 
 
 def revision() -> str:

@@ -25,7 +25,8 @@ import yaml
 from bench import workload as W
 from bench.cluster import Cluster, log
 from bench.kubeapi import Api
-from bench.operating import WRITE_VERBS, Operator, by_label, delta, select, total
+from bench.operating import WRITE_VERBS, Operator
+from harness.prometheus import by_label, delta, select, total
 from bench.profiling import Profile
 from bench.recorder import Recorder
 from bench.stats import histogram_quantile, percentile, summary

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from bench.operating import select
+from harness.prometheus import select
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.cluster import stop_orphans
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1200)]
 
@@ -36,20 +37,9 @@ def docs_untouched() -> bool:
     return _mtimes() == BEFORE
 
 
-def _stop_orphans() -> None:
-    """Smoke clusters whose test process is gone (a killed run)."""
-    cache = Path(os.environ.get("SPECSERVING_CACHE", Path.home() / ".cache" / "specserving"))
-    workdir = Path(os.environ.get("SPECSERVING_KWOK_WORKDIR", cache / "kwok"))
-    for d in sorted((workdir / "clusters").glob(f"{PREFIX}*")):
-        pid = d.name.removeprefix(PREFIX)
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            subprocess.run(["bash", str(REPO / "hack" / "cluster.sh"), "down"], text=True, capture_output=True,
-                           env={**os.environ, "SPECSERVING_CLUSTER_NAME": d.name}, timeout=300, check=False)
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
-    _stop_orphans()
+    stop_orphans(PREFIX, os.environ, 300)
     out = tmp_path_factory.mktemp("bench")
     cmd = [sys.executable, "-m", "bench", "--sizes", str(N), "--idle-seconds", "3", "--scale-samples", "2",
            "--webhook-rates", "20", "--webhook-seconds", "2",

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from harness.cluster import stop_orphans
 
 from .kube import REPO, Cluster, cluster_sh, parse_env, wait_for
 
@@ -41,15 +42,6 @@ def _tail(proc_output: str, lines: int = 40) -> str:
 
 def _ready(c: Cluster) -> bool:
     return c.kubectl("get", "--raw", "/readyz", "--request-timeout=5s", check=False).returncode == 0
-
-
-def _stop_orphans(clusters_dir: pathlib.Path, env: dict[str, str]) -> None:
-    """Stop specserving-test-<pid> clusters left behind by sessions that no longer run."""
-    for workdir in sorted(clusters_dir.glob(f"{DEFAULT_PREFIX}*")):
-        pid = workdir.name.removeprefix(DEFAULT_PREFIX)
-        if not pid.isdigit() or pathlib.Path(f"/proc/{pid}").exists():
-            continue
-        cluster_sh("down", {**env, "SPECSERVING_CLUSTER_NAME": workdir.name}, 120)
 
 
 @pytest.fixture(scope="session")
@@ -72,7 +64,7 @@ def cluster() -> Iterator[Cluster]:
         yield c
         return
 
-    _stop_orphans(kubeconfig.parent.parent, env)
+    stop_orphans(DEFAULT_PREFIX, env, 120)
     already_up = kubeconfig.exists() and _ready(Cluster.at(kubeconfig, bin_dir))
     up = cluster_sh("up", env, UP_TIMEOUT)
     if up.returncode != 0:

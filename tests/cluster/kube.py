@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pathlib
-import re
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -17,9 +15,10 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
+from harness.cluster import REPO, cluster_sh, kube_env, parse_env
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-CLUSTER_SH = REPO / "hack" / "cluster.sh"
+__all__ = ["REPO", "Cluster", "KubectlError", "cluster_sh", "condition", "parse_env", "wait_for"]
+
 
 T = TypeVar("T")
 
@@ -59,27 +58,6 @@ def condition(obj: Mapping[str, Any] | None, type_: str) -> dict[str, Any] | Non
     return None
 
 
-def cluster_sh(command: str, env: Mapping[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
-    """Run `bash hack/cluster.sh COMMAND` and return it, stdout and stderr captured as text."""
-    return subprocess.run(
-        ["bash", str(CLUSTER_SH), command],
-        env=dict(env),
-        text=True,
-        capture_output=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def parse_env(output: str) -> tuple[pathlib.Path, pathlib.Path]:
-    """The kubeconfig path and binary dir from `hack/cluster.sh env` (export KUBECONFIG=... / export PATH=...:$PATH)."""
-    kubeconfig = re.search(r"^export KUBECONFIG=(\S+)$", output, re.M)
-    path = re.search(r"^export PATH=([^:\s]+):\$PATH$", output, re.M)
-    if not kubeconfig or not path:
-        raise ValueError(f"unexpected output from hack/cluster.sh env: {output!r}")
-    return pathlib.Path(kubeconfig.group(1)), pathlib.Path(path.group(1))
-
-
 @dataclasses.dataclass(frozen=True)
 class Cluster:
     """A running control plane: its kubeconfig, the directory holding kubectl and helm, and an env for subprocesses."""
@@ -91,10 +69,7 @@ class Cluster:
 
     @classmethod
     def at(cls, kubeconfig: pathlib.Path, bin_dir: pathlib.Path, started_here: bool = False) -> Cluster:
-        env = dict(os.environ)
-        env["KUBECONFIG"] = str(kubeconfig)
-        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
-        return cls(kubeconfig=kubeconfig, bin_dir=bin_dir, env=env, started_here=started_here)
+        return cls(kubeconfig=kubeconfig, bin_dir=bin_dir, env=kube_env(kubeconfig, bin_dir), started_here=started_here)
 
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60

@@ -5,26 +5,23 @@ Shared by the operator, admission and reliability tests: the operator is a subpr
 
 from __future__ import annotations
 
-import re
-import signal
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from harness.operator import SPECSERVING, OperatorExited, OperatorProcess
+from harness.process import free_port
+from harness.prometheus import parse_prometheus, total  # noqa: F401 - re-exported to the tests
 
 from .kube import Cluster, condition, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "crds" / "specserving.io_specservings.yaml"
 SEED = REPO / "examples" / "dspark-pd-tp8dp8.yaml"
-SPECSERVING = str(Path(sys.executable).parent / "specserving")  # the console script beside this Python
 NAME = "dsv4-flash"
 CHILD_KINDS = "deployments,services,serviceaccounts,roles,rolebindings,poddisruptionbudgets"
 CRASH = "AttributeError: 'NoneType' object has no attribute 'prepare_for_decode'"
@@ -32,71 +29,22 @@ READY_TIMEOUT = 90
 RESYNC_SECONDS = 2
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Operator:
+class Operator(OperatorProcess):
     """`specserving run --namespace NS` in the background, with its liveness and metrics endpoints."""
 
     def __init__(self, cluster: Cluster, namespace: str, log: Path, extra: Sequence[str] = ()) -> None:
-        self.health, self.metrics_port, self.log = free_port(), free_port(), log
-        cmd = [SPECSERVING, "run", "--namespace", namespace, "--kubeconfig", str(cluster.kubeconfig),
-               "--liveness", f"http://127.0.0.1:{self.health}/healthz", "--metrics-port", str(self.metrics_port),
-               "--metrics-address", "127.0.0.1", "--resync-seconds", str(RESYNC_SECONDS), "--no-load-probe",
-               *extra]
-        self._out = log.open("w")
-        self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT, env=cluster.env)
+        self.health, self.metrics_port = free_port(), free_port()
+        self.launch([SPECSERVING, "run", "--namespace", namespace, "--kubeconfig", str(cluster.kubeconfig),
+                     "--liveness", f"http://127.0.0.1:{self.health}/healthz", "--metrics-port",
+                     str(self.metrics_port), "--metrics-address", "127.0.0.1", "--resync-seconds",
+                     str(RESYNC_SECONDS), "--no-load-probe", *extra], cluster.env, log)
         wait_for(self._healthy, timeout=30, what=f"the operator's liveness endpoint (log: {log})")
 
     def _healthy(self) -> bool:
-        if self.proc.poll() is not None:
-            pytest.fail(f"the operator exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health}/healthz", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    def metrics(self) -> dict[str, float]:
-        """Every sample of the operator's /metrics: 'name{labels}' -> value."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
-            text = r.read().decode()
-        return parse_prometheus(text)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._out.close()
-
-
-def parse_prometheus(text: str) -> dict[str, float]:
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
-
-
-def total(samples: dict[str, float], name: str, **labels: str) -> float:
-    """Sum of the samples of one metric whose labels include `labels` (values may be regexes)."""
-    found = 0.0
-    for key, value in samples.items():
-        metric, _, rest = key.partition("{")
-        if metric != name:
-            continue
-        have = dict(re.findall(r'(\w+)="([^"]*)"', rest))
-        if all(re.fullmatch(v, have.get(k, "")) for k, v in labels.items()):
-            found += value
-    return found
+            return super()._healthy()
+        except OperatorExited as exc:
+            pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")

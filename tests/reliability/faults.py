@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
+from harness.cluster import stop_orphans
 from cluster.kube import Cluster, cluster_sh, condition, parse_env, wait_for
 from cluster.operating import CHILD_KINDS, SPECSERVING, Operator
 from specserving.api.loading import spec_of
@@ -269,14 +270,6 @@ class StatusTrail:
 PRIVATE_PREFIX = "specserving-reliability-"
 
 
-def _stop_private_orphans(clusters_dir: pathlib.Path, env: dict[str, str]) -> None:
-    """Stop private clusters of runs that were killed (their pytest process is gone)."""
-    for workdir in sorted(clusters_dir.glob(f"{PRIVATE_PREFIX}*")):
-        pid = workdir.name.removeprefix(PRIVATE_PREFIX).split("-")[0]
-        if pid.isdigit() and not pathlib.Path(f"/proc/{pid}").exists():
-            cluster_sh("down", {**env, "SPECSERVING_CLUSTER_NAME": workdir.name}, 120)
-
-
 @contextlib.contextmanager
 def private_cluster(tag: str, nodes: int) -> Iterator[Cluster]:
     """A kwokctl cluster of its own (`hack/cluster.sh up` under another SPECSERVING_CLUSTER_NAME), always stopped
@@ -285,7 +278,7 @@ def private_cluster(tag: str, nodes: int) -> Iterator[Cluster]:
     # Fake nodes only: the real node is the machine's one, and the session cluster holds it.
     env = {**os.environ, "SPECSERVING_CLUSTER_NAME": name, "SPECSERVING_NODES": str(nodes), "SPECSERVING_REAL_NODE": "0"}
     kubeconfig, bin_dir = parse_env(cluster_sh("env", env, 30).stdout)
-    _stop_private_orphans(kubeconfig.parent.parent, env)
+    stop_orphans(PRIVATE_PREFIX, env, 120)
     started = time.monotonic()
     up = cluster_sh("up", env, 300)
     try:
