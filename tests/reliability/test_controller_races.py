@@ -23,7 +23,7 @@ from specserving.kube import ApiError, Resource
 from specserving.metrics import APPLIED, Metrics
 from specserving.reconcile.controller import Controller
 from specserving.reconcile.watched import OWNER_INDEX, POD_INDEX, child_index
-from specserving.reconcile.kinds import CHILD_KINDS
+from specserving.rendering.kinds import CHILD_KINDS
 from specserving.reconcile.observed import child_of, ref_of
 from specserving.api.loading import spec_of
 from specserving.rendering import render

@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from specserving.reconcile.drift import matches, needs_apply, parse_quantity, prunable
-from specserving.reconcile.kinds import CHILD_KINDS, kind_of
+from specserving.rendering.kinds import CHILD_KINDS, kind_of
 from specserving.reconcile.observed import child_of
 from specserving.api.loading import spec_of
 from specserving.rendering import render

@@ -31,7 +31,7 @@ from specserving.reconcile.drift import needs_apply, prunable
 from specserving.reconcile.errors import Blocked, Gone, Rejected
 from specserving.reconcile.events import post
 from specserving.reconcile.image import BuildConfig, ImageVerdict
-from specserving.reconcile.kinds import kind_of
+from specserving.rendering.kinds import kind_of
 from specserving.reconcile.observed import Child, ChildRef, Workload, ref_of
 from specserving.reconcile.plan import Plan, make_plan, missing_builder
 from specserving.reconcile.queue import WorkQueue

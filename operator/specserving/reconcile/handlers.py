@@ -25,7 +25,7 @@ from specserving.imagebuild.job import BUILD_LABEL
 from specserving.reconcile.controller import Controller
 from specserving.reconcile.errors import Blocked, Rejected
 from specserving.reconcile.image import build_job_of, build_pod_of
-from specserving.reconcile.kinds import CHILD_KINDS, ChildKind
+from specserving.rendering.kinds import CHILD_KINDS, ChildKind
 from specserving.reconcile.observed import child_of, pod_of, ref_of
 from specserving.reconcile.watched import BUILD_JOB_INDEX, BUILD_POD_INDEX, OWNER_INDEX, POD_INDEX, child_index
 from specserving.rendering import labels as L

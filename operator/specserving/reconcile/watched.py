@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from specserving.reconcile.kinds import CHILD_KINDS, ChildKind
+from specserving.rendering.kinds import CHILD_KINDS, ChildKind
 from specserving.reconcile.observed import Child, ChildRef, Pod
 from specserving.reconcile.state import Key
 

@@ -14,11 +14,11 @@ from specserving import API_VERSION, KIND
 from specserving.api.types import SpecServingSpec
 from specserving.rendering import labels as L
 from specserving.rendering.image import ResolvedImage, base_image
+from specserving.rendering.kinds import CHILD_KINDS
 from specserving.rendering.pools import render_pool
 from specserving.rendering.router import render_router
 
-_KIND_ORDER = ["ServiceAccount", "Role", "RoleBinding", "Service", "PodDisruptionBudget", "Deployment",
-               "LeaderWorkerSet", "ServiceMonitor"]
+_KIND_ORDER = [k.kind for k in CHILD_KINDS]  # what the others depend on first: ServiceAccount, ..., workloads
 
 
 def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """The kinds of children the operator renders, watches and prunes: apiVersion/kind -> API resource.
 
-The table is data: adding a kind to the renderer means adding a row here (a test checks that every kind the
+The renderer owns the table, since it emits the kinds; the controller watches and prunes by it, and the rendered
+children come out in its order (dependencies first). The table is data: adding a kind to the renderer means adding
+a row here (a test checks that every kind the
 renderer can emit has one). Kinds served by an optional CRD carry the message a user sees when it is missing;
 the API server's discovery decides at apply time whether a kind is served.
 """
@@ -64,4 +66,4 @@ def kind_of(obj: dict[str, Any]) -> ChildKind:
         return _BY_KIND[(obj["apiVersion"], obj["kind"])]
     except KeyError:
         raise UnknownKind(f"no child kind for apiVersion {obj.get('apiVersion')!r} kind {obj.get('kind')!r}; "
-                          "add it to specserving.reconcile.kinds.CHILD_KINDS") from None
+                          "add it to specserving.rendering.kinds.CHILD_KINDS") from None
