@@ -206,20 +206,23 @@ class Kube:
     # -- objects --------------------------------------------------------------------------------------------
 
     def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any]:
-        return self.request("GET", res.path(namespace, name))  # type: ignore[no-any-return]
+        found: dict[str, Any] = self.request("GET", res.path(namespace, name))
+        return found
 
     def apply(self, res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply of `obj` under the operator's field manager, taking over conflicting fields."""
         meta = obj["metadata"]
-        return self.request(  # type: ignore[no-any-return]
+        applied: dict[str, Any] = self.request(
             "PATCH", res.path(meta.get("namespace"), meta["name"]),
             query={"fieldManager": FIELD_MANAGER, "force": "true"}, body=obj, content_type=APPLY,
             verb="APPLY")
+        return applied
 
     def merge_patch(self, res: Resource, namespace: str | None, name: str, patch: dict[str, Any],
                     subresource: str | None = None) -> dict[str, Any]:
-        return self.request("PATCH", res.path(namespace, name, subresource),  # type: ignore[no-any-return]
-                            query={"fieldManager": FIELD_MANAGER}, body=patch, content_type=MERGE)
+        patched: dict[str, Any] = self.request("PATCH", res.path(namespace, name, subresource),
+                                               query={"fieldManager": FIELD_MANAGER}, body=patch, content_type=MERGE)
+        return patched
 
     def delete(self, res: Resource, namespace: str | None, name: str, uid: str) -> None:
         """Delete one object, but only the one with this uid (never a namesake created since)."""

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from harness.operator import SPECSERVING, OperatorExited, OperatorProcess
 from harness.process import free_port
-from harness.prometheus import parse_prometheus, total  # noqa: F401 - re-exported to the tests
+from harness.prometheus import parse_prometheus, total
 
 from .kube import Cluster, condition, wait_for
 
@@ -25,6 +25,7 @@ SEED = REPO / "examples" / "dspark-pd-tp8dp8.yaml"
 NAME = "dsv4-flash"
 CHILD_KINDS = "deployments,services,serviceaccounts,roles,rolebindings,poddisruptionbudgets"
 CRASH = "AttributeError: 'NoneType' object has no attribute 'prepare_for_decode'"
+__all__ = ["Operator", "parse_prometheus", "total"]  # and the helpers below; these two are re-exported
 READY_TIMEOUT = 90
 RESYNC_SECONDS = 2
 

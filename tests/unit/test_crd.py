@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import yaml
@@ -23,7 +24,7 @@ def test_committed_crd_is_the_generated_one() -> None:
     assert CRD_FILE.read_text() == generated, "crds/ is stale: run `make crds` and review the diff"
 
 
-def _walk(schema: dict[str, Any], path: str):  # type: ignore[no-untyped-def]
+def _walk(schema: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any]]]:
     yield path, schema
     for name, prop in schema.get("properties", {}).items():
         yield from _walk(prop, f"{path}.{name}")

@@ -12,7 +12,7 @@ from specserving.api.loading import spec_of
 from specserving.capabilities import load
 from specserving.imagebuild import context as ctx
 from specserving.imagebuild.job import build_objects, digest_from_message, owned_by
-from specserving.imagebuild.planning import BUILD, CANNOT_SERVE, NOT_NEEDED, plan
+from specserving.imagebuild.planning import BUILD, CANNOT_SERVE, NOT_NEEDED, ImagePlan, plan
 
 from .builders import ROOT, seed
 
@@ -21,7 +21,7 @@ FIXTURE_CONTEXT = Path(__file__).parent / "imagebuild" / "context"
 GOLDEN = Path(__file__).parent / "imagebuild" / "build-job.expected.yaml"
 
 
-def _plan(**changes: object):  # type: ignore[no-untyped-def]
+def _plan(**changes: object) -> ImagePlan:
     return plan(spec_of(seed(**changes)), TABLE, fix_version="f1", default_registry="registry.local/ml")
 
 

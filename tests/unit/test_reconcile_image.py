@@ -12,10 +12,11 @@ import pytest
 from specserving.api.loading import spec_of
 from specserving.capabilities import load
 from specserving.imagebuild import context as ctx
-from specserving.imagebuild.planning import plan
+from specserving.imagebuild.planning import ImagePlan, plan
 from specserving.kube import StartupError
 from specserving.reconcile import reasons as R
-from specserving.reconcile.image import (BuildConfig, build_job_of, build_pod_of, remembered, resolve, tail)
+from specserving.reconcile.image import (BuildConfig, ImageVerdict, build_job_of, build_pod_of, remembered, resolve,
+                                         tail)
 from specserving.reconcile.observed import workload_of
 from specserving.reconcile.plan import make_plan, missing_builder
 from specserving.reconcile.runner import Options, build_config
@@ -32,7 +33,7 @@ CONTEXT = Path(__file__).parent / "imagebuild" / "context"
 T0 = "2026-01-01T00:00:00Z"
 
 
-def image_plan(base: str = OLD, registry: str | None = REGISTRY, **changes: Any):  # type: ignore[no-untyped-def]
+def image_plan(base: str = OLD, registry: str | None = REGISTRY, **changes: Any) -> ImagePlan:
     return plan(spec_of(seed(**{"spec.image.base": base, **changes})), TABLE, fix_version="f1",
                 default_registry=registry)
 
@@ -63,7 +64,7 @@ def pod(*, exit_code: int | None = None, message: str = "", waiting: str | None 
             "status": {"phase": phase, "containerStatuses": [{"name": "buildkit", "state": state}]}}
 
 
-def verdict(**kw: Any):  # type: ignore[no-untyped-def]
+def verdict(**kw: Any) -> ImageVerdict:
     j, pods = kw.pop("job", None), kw.pop("pods", ())
     return resolve(kw.pop("ip", None) or image_plan(), TABLE, job=build_job_of(j) if j else None,
                    pods=[build_pod_of(p) for p in pods], **kw)
