@@ -12,7 +12,7 @@ from specserving.api.loading import spec_of
 from specserving.api.types import SpecServingSpec
 from specserving.capabilities import CapabilityTable
 from specserving.problems import Problem, Report
-from specserving.validation import validate
+from specserving.validation import Validation, validate
 
 
 def _unsafe_update(new_spec: SpecServingSpec, old: dict[str, Any]) -> Report:
@@ -36,7 +36,7 @@ def _unsafe_update(new_spec: SpecServingSpec, old: dict[str, Any]) -> Report:
     return report
 
 
-def review(new: dict[str, Any], old: dict[str, Any] | None, table: CapabilityTable | None = None) -> Report:
+def review(new: dict[str, Any], old: dict[str, Any] | None, table: CapabilityTable | None = None) -> Validation:
     """Everything that makes `new` inadmissible (old is None on create), plus warnings for kubectl to print.
 
     The apiserver has applied the schema and CEL rules before a validating webhook runs, so CEL is not

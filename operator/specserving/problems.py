@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from specserving.api.types import SpecServingSpec
 
 
 @dataclass(frozen=True, order=True)
@@ -29,9 +25,6 @@ class Report:
     warnings: list[Problem] = field(default_factory=list)
     # True when the object is not a well-formed SpecServing at all (wrong kind, unknown fields, wrong types).
     malformed: bool = False
-    # The typed spec, defaulted, once the object was well-formed enough to parse (validation.validate): callers
-    # render and plan from it instead of parsing the object again.
-    spec: SpecServingSpec | None = None
 
     @property
     def ok(self) -> bool:

@@ -8,6 +8,7 @@ PD-decode builder table per SGLang version, SGLang's own start-up rules, flags t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from specserving import API_VERSION, KIND
@@ -158,12 +159,20 @@ def semantic_checks(spec: SpecServingSpec, table: CapabilityTable | None = None)
     return report
 
 
-def validate(obj: dict[str, Any], table: CapabilityTable | None = None, *, run_cel: bool = True) -> Report:
+@dataclass
+class Validation(Report):
+    """validate's report, with the typed spec once the object was well-formed enough to parse: callers render and
+    plan from it instead of parsing the object again."""
+
+    spec: SpecServingSpec | None = None
+
+
+def validate(obj: dict[str, Any], table: CapabilityTable | None = None, *, run_cel: bool = True) -> Validation:
     """Everything wrong with the SpecServing object `obj`: schema, CEL rules, then the semantic rules.
 
     `run_cel=False` skips the CEL rules, for callers behind an apiserver that has already applied them.
     """
-    report = Report()
+    report = Validation()
     if obj.get("apiVersion") != API_VERSION or obj.get("kind") != KIND:
         report.errors.append(Problem("kind", (
             f"expected apiVersion {API_VERSION} and kind {KIND}, got {obj.get('apiVersion')!r} and "
