@@ -31,10 +31,10 @@ test-unit: $(PY) ## pure tests: spec model, CRD, renderer golden files, validati
 
 test-decode-path: $(PY) ## the real SGLang wheels of every supported version, on CPU
 	bash hack/decode-path-env.sh
-	$(PY) -m pytest tests/decode_path
+	$(PY) -m pytest --durations=5 tests/decode_path
 
 test-cluster: $(PY) cluster-build ## the real control plane on 127.0.0.1: operator, webhook, chart, reliability (CI size), bench smoke
-	$(PY) -m pytest tests/cluster tests/reliability tests/bench
+	$(PY) -m pytest --durations=12 tests/cluster tests/reliability tests/bench
 
 demo: $(PY) ## the operator end to end on the local control plane: CRD, operator, the seed example, Ready
 	bash hack/demo.sh
