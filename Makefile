@@ -22,7 +22,10 @@ $(PY): pyproject.toml
 
 venv: $(PY) ## create .venv with the operator and its test tools
 
-test: test-unit test-decode-path test-cluster ## run every test tier (unit, decode_path, cluster)
+# The decode_path tier keeps both cores busy with SGLang subprocesses while the cluster tier mostly waits on the
+# control plane, so after the unit tier the two run side by side; each tier's output is printed whole when it ends.
+test: test-unit ## run every test tier: unit, then decode_path and cluster side by side
+	$(MAKE) --no-print-directory --output-sync=target -j2 test-decode-path test-cluster
 
 test-unit: $(PY) ## pure tests: spec model, CRD, renderer golden files, validation; the layers and types
 	$(VENV)/bin/lint-imports --no-cache
@@ -36,7 +39,7 @@ test-decode-path: $(PY) ## the real SGLang wheels of every supported version, on
 test-cluster: $(PY) cluster-build ## the real control plane on 127.0.0.1: operator, webhook, chart, reliability (CI size), bench smoke
 	$(PY) -m pytest --durations=12 tests/cluster tests/reliability tests/bench
 
-demo: $(PY) ## the operator end to end on the local control plane: CRD, operator, the seed example, Ready
+demo: $(PY) ## the user's path on the local cluster: helm install the operator image, apply the seed (Ready), a refused NGRAM
 	bash hack/demo.sh
 
 bench: $(PY) cluster-build ## full benchmarks (N = 1, 100, 1000; a 10-minute idle window at 1000) on the local control plane; writes docs/benchmarks.md
