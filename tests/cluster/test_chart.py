@@ -188,8 +188,10 @@ class Release:
         return out
 
     def logs(self) -> dict[str, str]:
+        """The logs of the replicas that run now; those of pods on their way out (after an upgrade) may vanish
+        while they are read, and were read before the upgrade."""
         return {p["metadata"]["name"]: self.cluster.kubectl("logs", "-n", self.namespace, p["metadata"]["name"]).stdout
-                for p in self.operator_pods()}
+                for p in self.operator_pods() if not p["metadata"].get("deletionTimestamp")}
 
     def forbidden(self) -> list[str]:
         """Lines of the operator pods' logs that say the API server refused it something."""
