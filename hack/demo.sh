@@ -105,7 +105,7 @@ echo
 kubectl get sps -n "$NS" "$NAME" -o jsonpath='{range .status.conditions[*]}{.type}{"\t"}{.status}{"\t"}{.reason}{"\n"}{end}' | column -t -s $'\t'
 echo
 kubectl get --raw "/api/v1/namespaces/$OPNS/services/http:$RELEASE-metrics:metrics/proxy/metrics" |
-    grep -E '^specserving_' | grep -v -E '_created|_bucket| 0.0$' | head -12 || true
+    grep -E '^specserving_' | grep -v -E '_created|_bucket| 0.0$' | awk 'NR <= 12' || true
 
 cat <<EOF
 

@@ -259,6 +259,18 @@ iptables: {localhostNodePorts: false}
 EOF
 }
 
+write_if_changed() {
+    # write_if_changed FILE < content: replace FILE (by rename) only when the content differs, and fail then, so
+    # the caller can restart what reads it. kube-proxy watches its config file and exits when it changes:
+    # rewriting it on a second `up` left the running node without Service routing ("content of the proxy
+    # server's configuration file was updated"), and the API server's webhook calls went out of the machine.
+    local file=$1
+    cat >"$file.new"
+    if cmp -s "$file.new" "$file"; then rm -f "$file.new"; return 0; fi
+    mv -f "$file.new" "$file"
+    return 1
+}
+
 containerd_ready() { ctr --address "$SOCK" version >/dev/null 2>&1; }
 
 node_ready() {
@@ -281,10 +293,11 @@ cmd_up() {
     registry_up
     local sandbox
     sandbox=$(SPECSERVING_REGISTRY=$REGISTRY_ADDR bash "$HERE/images.sh" pause)
-    containerd_config "${sandbox%@*}" >"$W/containerd/config.toml"
-    cni_config >"$W/cni/net.d/10-specserving.conflist"
-    kubelet_config >"$W/kubelet/config.yaml"
-    kube_proxy_config >"$W/kube-proxy.yaml"
+    # A process whose config changed (a newer node.sh) is restarted by the start below.
+    containerd_config "${sandbox%@*}" | write_if_changed "$W/containerd/config.toml" || stop "$W/containerd.pid" 20
+    cni_config | write_if_changed "$W/cni/net.d/10-specserving.conflist" || true
+    kubelet_config | write_if_changed "$W/kubelet/config.yaml" || stop "$W/kubelet.pid" 20
+    kube_proxy_config | write_if_changed "$W/kube-proxy.yaml" || stop "$W/kube-proxy.pid"
     start containerd containerd --config "$W/containerd/config.toml"
     wait_until 30 "containerd on $SOCK" containerd_ready
     start kube-proxy "$BIN/kube-proxy" --config "$W/kube-proxy.yaml"
