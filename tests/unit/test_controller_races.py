@@ -19,14 +19,14 @@ from typing import Any
 
 import yaml
 from prometheus_client import CollectorRegistry
+from specserving.api.loading import spec_of
 from specserving.kube import ApiError, Resource
 from specserving.metrics import APPLIED, Metrics
 from specserving.reconcile.controller import Controller
-from specserving.reconcile.watched import OWNER_INDEX, POD_INDEX, child_index
-from specserving.rendering.kinds import CHILD_KINDS
 from specserving.reconcile.observed import child_of, ref_of
-from specserving.api.loading import spec_of
+from specserving.reconcile.watched import OWNER_INDEX, POD_INDEX, child_index
 from specserving.rendering import render
+from specserving.rendering.kinds import CHILD_KINDS
 
 SEED = Path(__file__).resolve().parents[2] / "examples" / "dspark-pd-tp8dp8.yaml"
 KEY = ("ns", "dsv4-flash")
