@@ -147,6 +147,8 @@ class Controller(Watched):
                 st.posted.clear()
             st.plan = await asyncio.to_thread(make_plan, body, self.build)
         plan = st.plan
+        # The status this pass starts from: the image resolution reads its remembered digest, the report diffs it.
+        old = self._old_status(st, body)
         outcome = S.Outcome(admitted=plan.admitted, errors=plan.errors, warnings=plan.warnings)
         problem: Exception | None = None
         verdict: ImageVerdict | None = None
@@ -154,7 +156,7 @@ class Controller(Watched):
             problem = Rejected("; ".join(plan.errors))
         else:
             try:
-                verdict = await self.builds.image(key, body, plan, self._old_status(st, body))
+                verdict = await self.builds.image(key, body, plan, old)
                 outcome = S.Outcome(admitted=True, warnings=plan.warnings, image=verdict)
                 if verdict.failed:
                     retry = APPLY_RETRY_SECONDS if verdict.reason == R.APPLY_FAILED else None
@@ -179,7 +181,7 @@ class Controller(Watched):
         if isinstance(problem, Blocked):
             outcome = S.Outcome(admitted=True, warnings=plan.warnings, blocked_reason=problem.reason,
                                 blocked_message=problem.message, image=verdict)
-        await self._report(key, st, body, plan, outcome)
+        await self._report(key, st, body, plan, outcome, old)
         if problem is not None:
             raise problem
         return APPLIED
@@ -276,8 +278,8 @@ class Controller(Watched):
             return st.written[1]  # the watch still shows the status from before our last write
         return seen
 
-    async def _report(self, key: Key, st: OwnerState, body: dict[str, Any], plan: Plan, outcome: S.Outcome) -> None:
-        old = self._old_status(st, body)
+    async def _report(self, key: Key, st: OwnerState, body: dict[str, Any], plan: Plan, outcome: S.Outcome,
+                      old: dict[str, Any] | None) -> None:
         workloads = self._workloads(key)
         obs = S.Observation(
             name=key[1], namespace=key[0], generation=plan.generation, outcome=outcome, desired=plan.desired(),
