@@ -253,7 +253,7 @@ class ChartOperator(Operator):
 
     def __init__(self, release: Release, log: Path, *, priority: int, webhook: bool = True) -> None:
         cluster = release.cluster
-        self.health, self.metrics_port, self.log = free_port(), free_port(), log
+        self.health, self.metrics_port = free_port(), free_port()
         kubeconfig = token_kubeconfig(cluster, release.namespace, release.fullname,
                                       log.parent / f"{log.stem}.kubeconfig")
         scope = [f"--namespace={ns}" for ns in release.watch] or ["--all-namespaces"]
@@ -266,9 +266,8 @@ class ChartOperator(Operator):
             certfile, keyfile = release.tls_files(log.parent / f"{log.stem}-tls")
             cmd += [f"--webhook-port={release.port}", "--webhook-listen=127.0.0.1", f"--webhook-certfile={certfile}",
                     f"--webhook-keyfile={keyfile}", "--webhook-configuration=none"]
-        self._out = log.open("w")
-        env = {**cluster.env, "KUBECONFIG": str(kubeconfig)}  # no way back to the admin credentials
-        self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT, env=env)
+        # No way back to the admin credentials: the token kubeconfig only.
+        self.launch(cmd, {**cluster.env, "KUBECONFIG": str(kubeconfig)}, log)
         try:
             wait_for(self._healthy, timeout=30, what=f"the operator's liveness endpoint (log: {log})")
         except BaseException:
