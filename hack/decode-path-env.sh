@@ -34,6 +34,10 @@ command -v "$PYTHON" >/dev/null || die "$PYTHON not found (set DECODE_PATH_PYTHO
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
   || die "$PYTHON is not Python 3.11 (the SGLang wheels are cp311)"
 mkdir -p "$DP/bin" "$WHEELS"
+# The decode_path tier and hack/images.sh (the stand-in SGLang images, from the cluster tier) may run this at once;
+# the second waits for the first instead of both writing the same .tmp folders.
+exec 9>"$DP/.lock"
+flock 9
 START=$SECONDS
 
 # ---- base venv: torch and its libraries ----------------------------------------------------------

@@ -5,6 +5,10 @@
 #              Python 3.11 and pip in a venv at /usr/local, so `python` and `pip` resolve as in the official image
 #   pause      the stand-in for registry.k8s.io/pause: hack/pause, a static Go binary, in an image of its own
 #   operator   images/operator/Dockerfile from the repository root, on the stand-in base
+#   buildkit   the stand-in for moby/buildkit:$BUILDKIT_VERSION-rootless: buildkitd, buildctl, rootlesskit and runc
+#              built from their Go modules (the versions the official image uses), hack/buildkit/Dockerfile
+#   sglang V   the stand-in for lmsysorg/sglang:vV: the base, torch (PyPI's CUDA build, which runs on CPU), the real
+#              SGLang wheel V with its pins, and Mooncake's transfer engine, from hack/decode-path-env.sh's folders
 #
 # Each prints the pushed reference (REGISTRY/REPO:TAG@sha256:...) on stdout. Tags are content hashes of what goes
 # into the image (the recipe below, the Dockerfile, the build context), so a warm run finds the tag in the
@@ -22,6 +26,10 @@ REGISTRY=${SPECSERVING_REGISTRY:-10.88.0.1:5000}
 STORE=$CACHE/images/buildah
 DEBIAN_SUITE=bookworm
 DEBIAN_MIRROR=${SPECSERVING_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# What moby/buildkit's own Dockerfile (v0.34.2) builds its rootless image from.
+BUILDKIT_VERSION=v0.34.2
+ROOTLESSKIT_VERSION=v3.2.0
+RUNC_VERSION=v1.5.2
 
 log() { printf 'images.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -54,9 +62,10 @@ registry_up() {
 }
 
 push() {
-    # push IMAGE_REF: push, then print IMAGE_REF@DIGEST.
+    # push IMAGE_REF [buildah push flags]: push, then print IMAGE_REF@DIGEST.
     local ref=$1 repo tag digest
-    bah push --quiet --tls-verify=false "$ref" "docker://$ref" >/dev/null
+    shift
+    bah push --quiet --tls-verify=false "$@" "$ref" "docker://$ref" >/dev/null
     repo=${ref#"$REGISTRY"/}; tag=${repo##*:}; repo=${repo%:*}
     digest=$(registry_digest "$repo" "$tag")
     [[ -n $digest ]] || die "pushed $ref, but the registry gives no digest for it"
@@ -74,11 +83,15 @@ cached() {
 
 # Content only: the same files hash alike from any path or checkout.
 recipe_hash() { cat "$@" | sha256sum | cut -c1-12; }
+# The recipe of one image is the functions that build it (not this whole file), so editing one image's recipe
+# rebuilds that image only: the 6 GB torch layer is not rebuilt when the BuildKit recipe changes.
+recipe_of() { declare -f "$@" | sha256sum | cut -c1-12; }
 
 cmd_base() {
     local repo=specserving/stand-in/python tag rootfs ctr mnt t
     # The tag hashes this script (the recipe) and the host's extra CAs, which the image carries (see below).
-    tag=3.11-slim-$DEBIAN_SUITE-$(recipe_hash "${BASH_SOURCE[0]}" /usr/local/share/ca-certificates/*.crt 2>/dev/null || recipe_hash "${BASH_SOURCE[0]}")
+    tag=3.11-slim-$DEBIAN_SUITE-$(recipe_hash <(recipe_of cmd_base) /usr/local/share/ca-certificates/*.crt 2>/dev/null ||
+        recipe_of cmd_base)
     cached "$repo" "$tag" && return 0
     need buildah debootstrap
     t=$(date +%s)
@@ -120,7 +133,7 @@ cmd_base() {
 
 cmd_pause() {
     local repo=specserving/stand-in/pause tag out ctr
-    tag=$(recipe_hash "${BASH_SOURCE[0]}" "$HERE/pause/main.go" "$HERE/pause/go.mod")
+    tag=$(recipe_hash <(recipe_of cmd_pause) "$HERE/pause/main.go" "$HERE/pause/go.mod")
     cached "$repo" "$tag" && return 0
     need buildah go
     out=$(mktemp -d)
@@ -146,7 +159,7 @@ cmd_operator() {
     local repo=specserving/operator base tag t
     registry_up
     base=$(cmd_base)
-    tag=0.1.0-$(printf '%s\n%s\n' "$(context_hash)" "$base" | sha256sum | cut -c1-12)
+    tag=0.1.0-$(printf '%s\n%s\n' "$(context_hash)" "${base#*@}" | sha256sum | cut -c1-12)
     cached "$repo" "$tag" && return 0
     need buildah
     t=$(date +%s)
@@ -161,10 +174,156 @@ cmd_operator() {
     push "$REGISTRY/$repo:$tag"
 }
 
+gobuild() {
+    # gobuild MODULE@VERSION PACKAGE OUT [go build flags...]: build one main package of a module, in the module
+    # cache's copy (go install refuses modules with replace directives, as buildkit's go.mod has).
+    local modver=$1 pkg=$2 out=$3 dir
+    shift 3
+    dir=$(GOFLAGS=-mod=mod GOTOOLCHAIN=local go mod download -json "$modver" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+    [[ -d $dir ]] || die "go mod download $modver gave no folder (is the Go module proxy reachable?)"
+    (cd "$dir" && GOTOOLCHAIN=local GOFLAGS="-mod=mod -trimpath" GOCACHE="$CACHE/go/build" go build "$@" -o "$out" "$pkg")
+}
+
+buildkit_binaries() {
+    # Prints the folder holding buildkitd, buildctl, rootlesskit and runc; builds them once per version set.
+    local bin t
+    bin="$CACHE/buildkit/bin-$(printf '%s\n' "$BUILDKIT_VERSION" "$ROOTLESSKIT_VERSION" "$RUNC_VERSION" | sha256sum | cut -c1-12)"
+    if [[ ! -f $bin/.complete ]]; then
+        need go gcc pkg-config
+        [[ -f /usr/lib/x86_64-linux-gnu/libseccomp.a ]] ||
+            die "runc links libseccomp statically; install it with: apt-get install -y libseccomp-dev (as .ci/run does)"
+        t=$(date +%s)
+        log "building buildkitd and buildctl $BUILDKIT_VERSION, rootlesskit $ROOTLESSKIT_VERSION and runc $RUNC_VERSION from their Go modules (cold: several minutes)"
+        rm -rf "$bin.tmp" && mkdir -p "$bin.tmp"
+        # The tags and static linking of the official image's build stages.
+        CGO_ENABLED=0 gobuild "github.com/moby/buildkit@$BUILDKIT_VERSION" ./cmd/buildkitd "$bin.tmp/buildkitd" \
+            -tags "osusergo netgo static_build seccomp" \
+            -ldflags "-s -w -X github.com/moby/buildkit/version.Version=$BUILDKIT_VERSION"
+        CGO_ENABLED=0 gobuild "github.com/moby/buildkit@$BUILDKIT_VERSION" ./cmd/buildctl "$bin.tmp/buildctl" \
+            -ldflags "-s -w -X github.com/moby/buildkit/version.Version=$BUILDKIT_VERSION"
+        CGO_ENABLED=0 gobuild "github.com/rootless-containers/rootlesskit/v3@$ROOTLESSKIT_VERSION" ./cmd/rootlesskit \
+            "$bin.tmp/rootlesskit" -ldflags "-s -w"
+        # runc's nsenter is C: cgo, with libseccomp linked in statically, as upstream's static build does.
+        CGO_ENABLED=1 gobuild "github.com/opencontainers/runc@$RUNC_VERSION" . "$bin.tmp/runc" \
+            -tags "seccomp netgo cgo static_build osusergo" -ldflags "-s -w -extldflags -static"
+        # BuildKit's OCI worker looks for buildkit-runc before runc.
+        mv "$bin.tmp/runc" "$bin.tmp/buildkit-runc"
+        "$bin.tmp/buildkitd" --version >/dev/null && "$bin.tmp/buildkit-runc" --version >/dev/null
+        touch "$bin.tmp/.complete"
+        rm -rf "$bin" && mv "$bin.tmp" "$bin"
+        log "built the BuildKit binaries in $(( $(date +%s) - t ))s"
+    fi
+    echo "$bin"
+}
+
+cmd_buildkit() {
+    local repo=specserving/stand-in/buildkit base bin tag ctx t
+    registry_up
+    base=$(cmd_base)
+    # The base by digest only: the same content hashes alike whatever registry address it was pushed to.
+    tag=$BUILDKIT_VERSION-rootless-$(printf '%s\n%s\n%s\n' "$(recipe_hash <(recipe_of cmd_buildkit buildkit_binaries gobuild) "$HERE"/buildkit/*)" \
+        "${base#*@}" "$ROOTLESSKIT_VERSION $RUNC_VERSION" | sha256sum | cut -c1-12)
+    cached "$repo" "$tag" && return 0
+    need buildah
+    bin=$(buildkit_binaries)
+    t=$(date +%s)
+    ctx=$(mktemp -d)
+    trap 'rm -rf "$ctx"' RETURN
+    cp "$HERE"/buildkit/Dockerfile "$HERE"/buildkit/buildctl-daemonless.sh "$ctx/"
+    mkdir "$ctx/bin" && cp "$bin"/buildkitd "$bin"/buildctl "$bin"/rootlesskit "$bin"/buildkit-runc "$ctx/bin/"
+    log "building $REGISTRY/$repo:$tag (hack/buildkit/Dockerfile on $base)"
+    bah build --quiet --layers --isolation chroot --network host --build-arg "BASE_IMAGE=$base" --tls-verify=false \
+        -f "$ctx/Dockerfile" -t "$REGISTRY/$repo:$tag" "$ctx" >"$CACHE/images/buildkit-build.log" 2>&1 ||
+        { tail -30 "$CACHE/images/buildkit-build.log" >&2; die "the BuildKit image build failed; see $CACHE/images/buildkit-build.log"; }
+    log "built the BuildKit image in $(( $(date +%s) - t ))s"
+    push "$REGISTRY/$repo:$tag"
+}
+
+MOONCAKE_VERSION=0.3.12.post1  # what images/sglang-pd/Dockerfile installs on a base without it
+STAND_IN=/opt/stand-in          # where the stand-in SGLang images keep their packages
+
+decode_path_env() {
+    # decode_path_env VERSION: print "SGLANG_DIR LIBS_DIR CLOSURE_DIR TORCH_SITE_PACKAGES" for an SGLang version
+    # that tests/decode_path/env/versions.txt pins (hack/decode-path-env.sh builds them; a warm run is a no-op).
+    bash "$HERE/decode-path-env.sh" >&2 || die "hack/decode-path-env.sh failed"
+    python3 - "$CACHE/decode-path/envs.json" "$1" <<'PY'
+import json, os, sys
+envs = json.load(open(sys.argv[1]))
+if sys.argv[2] not in envs:
+    sys.exit(f"images.sh: SGLang {sys.argv[2]} is not in tests/decode_path/env/versions.txt ({', '.join(envs)})")
+env = envs[sys.argv[2]]
+site = os.path.join(os.path.dirname(os.path.dirname(env["python"])), "lib", "python3.11", "site-packages")
+print(*env["pythonpath"], site)
+PY
+}
+
+wheel() {
+    # wheel NAME VERSION: the cp311 manylinux wheel of NAME==VERSION in the cache, downloaded once.
+    local w
+    w=$(compgen -G "$CACHE/wheels/${1//-/_}-$2-*.whl" | head -n1 || true)
+    if [[ -z $w ]]; then
+        python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+            -d "$CACHE/wheels" "$1==$2" >&2 || die "cannot download $1==$2 from PyPI"
+        w=$(compgen -G "$CACHE/wheels/${1//-/_}-$2-*.whl" | head -n1)
+    fi
+    echo "$w"
+}
+
+torch_image() {
+    # torch_image BASE SITE_PACKAGES: print the torch image's reference (the big layer every version shares).
+    local base=$1 site=$2 repo=specserving/stand-in/sglang-torch tag ctr t
+    tag=$(printf '%s\n%s\n' "$(recipe_hash <(recipe_of torch_image) "$REPO/tests/decode_path/env/torch.txt")" \
+        "${base#*@}" | sha256sum | cut -c1-12)
+    cached "$repo" "$tag" && return 0
+    need buildah
+    t=$(date +%s)
+    log "building $REGISTRY/$repo:$tag: $site into $STAND_IN/torch (about 6 GB; cold: minutes)"
+    ctr=$(bah from --quiet --tls-verify=false "$base")
+    bah copy --quiet "$ctr" "$site" "$STAND_IN/torch" >/dev/null
+    # The venv's own pip belongs to the build machine; the image's pip is the base's.
+    bah run --isolation chroot "$ctr" -- sh -c "rm -rf $STAND_IN/torch/pip $STAND_IN/torch/pip-*.dist-info"
+    bah config --label org.opencontainers.image.description="torch for the SGLang stand-in images" "$ctr"
+    bah commit --quiet --rm "$ctr" "$REGISTRY/$repo:$tag" >/dev/null
+    log "built the torch layer in $(( $(date +%s) - t ))s; pushing it (zstd)"
+    # zstd: gzip of 6 GB takes minutes on one core, and every build pod decompresses what is pushed here.
+    push "$REGISTRY/$repo:$tag" --compression-format zstd
+}
+
+cmd_sglang() {
+    # The torch image, then one image per SGLang version on top of it.
+    local version=$1 base sg libs closure site torch_ref repo=specserving/stand-in/sglang tag ctr t mooncake
+    base=$(cmd_base)
+    read -r sg libs closure site < <(decode_path_env "$version") || die "no decode-path folders for SGLang $version"
+    torch_ref=$(torch_image "$base" "$site")
+    mooncake=$(wheel mooncake-transfer-engine "$MOONCAKE_VERSION")
+    tag=v$version-cpu-$(printf '%s\n' "$(recipe_of cmd_sglang)" "${torch_ref#*@}" "$(cat "$sg/.wheel")" \
+        "$(cat "$libs/.pins")" "$(basename "$closure")" "$(basename "$mooncake")" | sha256sum | cut -c1-12)
+    cached "$repo" "$tag" && return 0
+    need buildah
+    t=$(date +%s)
+    log "building $REGISTRY/$repo:$tag: SGLang $version ($(cat "$sg/.wheel")) on $torch_ref"
+    ctr=$(bah from --quiet --tls-verify=false "${torch_ref%@*}")
+    bah copy --quiet "$ctr" "$closure" "$STAND_IN/closure" >/dev/null
+    bah copy --quiet "$ctr" "$libs" "$STAND_IN/libs" >/dev/null
+    bah copy --quiet "$ctr" "$sg" "$STAND_IN/sglang" >/dev/null
+    bah copy --quiet "$ctr" "$mooncake" /tmp/ >/dev/null
+    bah run --isolation chroot "$ctr" -- sh -c "python -m pip install --quiet --no-deps --no-index --no-compile \
+        --target $STAND_IN/mooncake /tmp/$(basename "$mooncake") && rm /tmp/$(basename "$mooncake")"
+    # The order of hack/decode-path-env.sh's wrappers: the version's own pins before the shared closure.
+    bah config --env "PYTHONPATH=$STAND_IN/sglang:$STAND_IN/libs:$STAND_IN/closure:$STAND_IN/mooncake:$STAND_IN/torch" \
+        --label org.opencontainers.image.description="stand-in for lmsysorg/sglang:v$version (CPU)" \
+        --label io.specserving.stand-in.sglang="$version" "$ctr"
+    bah commit --quiet --rm "$ctr" "$REGISTRY/$repo:$tag" >/dev/null
+    log "built SGLang $version's stand-in in $(( $(date +%s) - t ))s"
+    push "$REGISTRY/$repo:$tag" --compression-format zstd
+}
+
 mkdir -p "$CACHE/images"
 case "${1:-}" in
     base) registry_up; cmd_base ;;
     pause) registry_up; cmd_pause ;;
     operator) cmd_operator ;;
-    *) echo "usage: $0 base|pause|operator" >&2; exit 2 ;;
+    buildkit) cmd_buildkit ;;
+    sglang) [[ -n ${2:-} ]] || { echo "usage: $0 sglang VERSION" >&2; exit 2; }; registry_up; cmd_sglang "$2" ;;
+    *) echo "usage: $0 base|pause|operator|buildkit|sglang VERSION" >&2; exit 2 ;;
 esac
