@@ -74,8 +74,39 @@ def cmd_render(args: argparse.Namespace) -> int:
         return EXIT_INVALID if report.malformed else EXIT_REFUSED
     if args.namespace:
         obj.setdefault("metadata", {})["namespace"] = args.namespace
-    sys.stdout.write(_dump_all(render(report.spec, obj["metadata"])))
+    image, warning = _build_placeholder(report.spec, args.build_registry)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+    sys.stdout.write(_dump_all(render(report.spec, obj["metadata"], image=image)))
     return 0
+
+
+# A name that can never resolve (RFC 2606), so a placeholder rendered without a registry cannot be pulled by mistake.
+PLACEHOLDER_REGISTRY = "build-registry.invalid"
+
+
+def _build_placeholder(spec: Any, registry: str | None) -> tuple[Any, str | None]:
+    """When the operator would build the fixed image, the pools' image as a placeholder (the tag the build pushes;
+    the operator deploys its digest) and a warning naming the build; (None, None) when the base runs as-is."""
+    from specserving.capabilities import load as load_capabilities
+    from specserving.imagebuild import context
+    from specserving.imagebuild.planning import BUILD, plan
+    from specserving.rendering.image import ResolvedImage
+
+    try:
+        fix_version = context.load().fix_version
+    except (context.ContextError, OSError, UnicodeDecodeError):
+        fix_version = "unknown"
+    ip = plan(spec, load_capabilities(), fix_version=fix_version,
+              default_registry=registry or PLACEHOLDER_REGISTRY)
+    if ip.decision != BUILD or not ip.target:
+        return None, None
+    where = "" if registry else f" (no --build-registry given: {PLACEHOLDER_REGISTRY} stands for it)"
+    warning = (f"{ip.reason}. The operator builds images/sglang-pd FROM {ip.base} in a build Job (sps-build-...) "
+               f"and runs the pools on the pushed image by digest; the pools below show {ip.target}{where} as a "
+               f"placeholder (the operator names the build by the base's digest where its registry answers). "
+               f"Running {ip.base} as-is would crash the first decode.")
+    return ResolvedImage(ref=ip.target, sglang_version=ip.sglang_version, fix_applied=True), warning
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
@@ -105,7 +136,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                    resync_seconds=args.resync_seconds, probe_load=args.probe_load, verbose=args.verbose,
                    debug=args.debug, webhook=webhook, build_registry=args.build_registry,
                    build_push_secret=args.build_push_secret, buildkit_image=args.buildkit_image,
-                   build_context=args.build_context)
+                   build_context=args.build_context, build_insecure_registries=args.build_insecure_registry or [],
+                   build_node_selector=args.build_node_selector or [], build_tolerations=args.build_toleration or [],
+                   build_resources=args.build_resources, base_digests=args.base_digests,
+                   read_pull_secrets=args.read_pull_secrets)
     try:
         return run(opts)
     except StartupError as exc:
@@ -168,6 +202,23 @@ def _add_run(sub: Any) -> None:
     b.add_argument("--build-context", metavar="DIR",
                    help="the images/sglang-pd build context (default: $SPECSERVING_BUILD_CONTEXT, the operator "
                         "image's /opt/specserving/sglang-pd, or this checkout's)")
+    b.add_argument("--build-insecure-registry", action="append", metavar="HOST[:PORT]",
+                   help="a registry that build Jobs (pull and push) and base-digest lookups reach over plain HTTP "
+                        "(repeatable; for in-cluster registries without TLS)")
+    b.add_argument("--build-node-selector", action="append", metavar="KEY=VALUE",
+                   help="a node label build pods require (repeatable)")
+    b.add_argument("--build-toleration", action="append", metavar="KEY[=VALUE]:EFFECT",
+                   help="a taint build pods tolerate (repeatable; no VALUE tolerates any value)")
+    b.add_argument("--build-resources", metavar="JSON",
+                   help='the build container\'s resources (default {"requests":{"cpu":"2","memory":"4Gi"},'
+                        '"limits":{"memory":"16Gi"}})')
+    b.add_argument("--base-digests", choices=["Required", "BestEffort", "Off"], default="BestEffort",
+                   help="key builds by the digest the base tag points to, read from its registry with the "
+                        "SpecServing's pull secrets: Required blocks a build until it resolves, BestEffort falls "
+                        "back to the tag with a Warning event, Off keys by the tag (default %(default)s)")
+    b.add_argument("--read-pull-secrets", action="store_true",
+                   help="read the Secrets a SpecServing names in spec.image.pullSecrets to resolve a private base's "
+                        "digest (needs get on Secrets; default: anonymous lookups only)")
     p.add_argument("-v", "--verbose", action="store_true", help="log more")
     p.add_argument("--debug", action="store_true", help="log everything, kopf's internals included")
     p.set_defaults(func=cmd_run)
@@ -179,6 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("render", help="print every manifest of a SpecServing as multi-document YAML")
     p.add_argument("-f", "--file", required=True, help="the SpecServing YAML file ('-' for stdin)")
     p.add_argument("-n", "--namespace", help="set the namespace of the rendered objects")
+    p.add_argument("--build-registry", metavar="REPO",
+                   help="the operator's --build-registry, for the placeholder image of a SpecServing that needs the "
+                        "fixed image built (spec.image.build.registry overrides it)")
     p.set_defaults(func=cmd_render)
     p = sub.add_parser("validate", help="print every error with its field path; exit 1 when there are errors")
     p.add_argument("-f", "--file", required=True, help="the SpecServing YAML file ('-' for stdin)")

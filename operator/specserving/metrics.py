@@ -46,10 +46,18 @@ class Metrics:
                                      ["kind", "result"], registry=r)
         self.status_writes = Counter("specserving_status_writes_total", "Writes of a SpecServing's status.",
                                      registry=r)
+        self.builds = Counter("specserving_builds_total",
+                              "Fixed-image build Jobs: started (created by this process), succeeded and failed "
+                              "(ended while this process watched).", ["result"], registry=r)
+        self.build_seconds = Histogram(
+            "specserving_build_duration_seconds", "How long build Jobs ran, start to end, by outcome.", ["result"],
+            buckets=(30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 10800), registry=r)
         self._phases: dict[tuple[str, str], str] = {}
         self._pools: dict[tuple[str, str], set[str]] = {}
         for phase in PHASES:
             self.specservings.labels(phase).set(0)
+        for result in ("started", "succeeded", "failed"):
+            self.builds.labels(result)  # every series exists from the start, so rate() sees the first build
 
     def count_request(self, verb: str, resource: str, status: int) -> None:
         self.api_requests.labels(verb, resource, str(status)).inc()

@@ -46,6 +46,33 @@ def test_render_namespace_flag() -> None:
     assert {d["metadata"]["namespace"] for d in yaml.safe_load_all(out.stdout)} == {"prod"}
 
 
+@pytest.mark.parametrize("registry", [None, "registry.example.com/ml"])
+def test_render_never_prints_the_crashing_base_silently(tmp_path: Path, registry: str | None) -> None:
+    # DFLASH on SGLang 0.5.18: the base has no PD-decode builder for it, so the operator would build and deploy
+    # the fixed image; render must say so and must not put the base in the pools.
+    base = "lmsysorg/sglang:v0.5.18-cu129"
+    cr = tmp_path / "cr.yaml"
+    cr.write_text(yaml.safe_dump(seed(**{"spec.image.base": base, "spec.speculative.algorithm": "DFLASH",
+                                         "spec.speculative.draftModelPath": "/models/draft",
+                                         "spec.engine.enableDpAttention": False, "spec.engine.dp": 1})))
+    out = run("render", "-f", str(cr), *(["--build-registry", registry] if registry else []))
+    assert out.returncode == 0, out.stderr
+    images = {c["image"] for d in yaml.safe_load_all(out.stdout) if d["kind"] == "Deployment"
+              and d["metadata"]["name"].endswith(("-prefill", "-decode"))
+              for c in d["spec"]["template"]["spec"]["containers"]}
+    (image,) = images
+    assert base not in images and "/sglang-pd:pd-" in image
+    assert image.startswith(registry or "build-registry.invalid/")
+    (warning,) = [ln for ln in out.stderr.splitlines() if "build Job" in ln]
+    assert warning.startswith("warning: SGLang 0.5.18 lacks the PD-decode builder for DFLASH")
+    assert "would crash the first decode" in warning and image in warning
+
+
+def test_render_of_a_base_with_its_own_builder_prints_the_base() -> None:
+    out = run("render", "-f", str(SEED_EXAMPLE))
+    assert "build Job" not in out.stderr and "sglang-pd" not in out.stdout
+
+
 def test_validate_accepts_every_example() -> None:
     for example in sorted((ROOT / "examples").glob("*.yaml")):
         out = run("validate", "-f", str(example))

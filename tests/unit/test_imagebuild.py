@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ import yaml
 from specserving.api.loading import spec_of
 from specserving.capabilities import load
 from specserving.imagebuild import context as ctx
-from specserving.imagebuild.job import build_objects, digest_from_message, owned_by
+from specserving.imagebuild.job import BuildSettings, build_objects, digest_from_message, owned_by
 from specserving.imagebuild.planning import BUILD, CANNOT_SERVE, NOT_NEEDED, ImagePlan, plan
 
 from .builders import ROOT, seed
@@ -124,3 +126,49 @@ def test_missing_context_is_a_clear_error(tmp_path: Path) -> None:
 ])
 def test_digest_from_termination_message(message: str | None, digest: str | None) -> None:
     assert digest_from_message(message) == digest
+
+
+def test_insecure_registries_reach_buildkitd_through_its_config() -> None:
+    p = _plan(**{"spec.image.base": "lmsysorg/sglang:v0.5.16-cu129"})
+    settings = BuildSettings(insecure_registries=("10.88.0.1:5000", "registry.local"))
+    cm, job = build_objects(p, ctx.load(FIXTURE_CONTEXT), namespace="serving", push_secret=None, settings=settings)
+    config = tomllib.loads(cm["data"]["buildkitd.toml"])
+    assert config["registry"] == {"10.88.0.1:5000": {"http": True, "insecure": True},
+                                  "registry.local": {"http": True, "insecure": True}}
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    flags = next(e["value"] for e in container["env"] if e["name"] == "BUILDKITD_FLAGS")
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "buildkitd-config")
+    assert f"--config={mount['mountPath']}/buildkitd.toml" in flags.split()
+    assert "buildkitd.toml" not in {i["path"] for i in job["spec"]["template"]["spec"]["volumes"][0]["configMap"]
+                                    ["items"]}, "the config is not part of the build context"
+
+
+def test_no_insecure_registry_means_no_buildkitd_config() -> None:
+    p = _plan(**{"spec.image.base": "lmsysorg/sglang:v0.5.16-cu129"})
+    cm, job = build_objects(p, ctx.load(FIXTURE_CONTEXT), namespace="serving", push_secret=None)
+    assert "buildkitd.toml" not in cm["data"]
+    assert "--config" not in json.dumps(job)
+
+
+def test_build_pods_go_where_the_admin_says() -> None:
+    p = _plan(**{"spec.image.base": "lmsysorg/sglang:v0.5.16-cu129"})
+    settings = BuildSettings(node_selector={"pool": "cpu"},
+                             tolerations=({"key": "dedicated", "operator": "Equal", "value": "build",
+                                           "effect": "NoSchedule"},),
+                             resources={"requests": {"cpu": "500m"}})
+    _, job = build_objects(p, ctx.load(FIXTURE_CONTEXT), namespace="serving", push_secret=None, settings=settings)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "cpu"}
+    assert pod["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "build", "effect": "NoSchedule"}]
+    assert pod["containers"][0]["resources"] == {"requests": {"cpu": "500m"}}
+
+
+def test_the_build_reads_a_plain_copy_of_the_context_and_pulls_the_base_by_digest() -> None:
+    digest = "sha256:" + "ab" * 32
+    p = _plan(**{"spec.image.base": "registry.local/ml/sglang:v0.5.16"}).pinned(digest)
+    _, job = build_objects(p, ctx.load(FIXTURE_CONTEXT), namespace="serving", push_secret=None)
+    script = job["spec"]["template"]["spec"]["containers"][0]["command"][-1]
+    copy = script.index("cp -RL /workspace/. ")
+    assert copy < script.index("buildctl-daemonless.sh"), "the ConfigMap's symlinks are resolved before the build"
+    assert f"build-arg:BASE_IMAGE=registry.local/ml/sglang@{digest}" in script
+    assert "--local context=/home/user/.local/tmp/context" in script

@@ -2,8 +2,9 @@
 The operator's namespaced permissions, each rule with its reason. Used by the ClusterRole (all namespaces) or a
 Role per watched namespace. Every child is written with server-side apply (PATCH; create when it does not exist
 yet) and pruned with DELETE; nothing is written with PUT, so no rule grants update except the finalizers one.
-There is deliberately no access to Secrets: build push secrets and image pull secrets are referenced by name in
-pod specs, never read.
+Secrets are not readable by default: build push secrets and image pull secrets are referenced by name in pod
+specs. Only build.readPullSecrets grants get (no list, no watch), for the pull secrets a SpecServing names, to
+resolve a private base image's digest.
 */}}
 {{- define "specserving-operator.namespacedRules" -}}
 # kopf lists and watches SpecServings and keeps its handler progress in annotations under
@@ -60,6 +61,13 @@ pod specs, never read.
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["servicemonitors"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+{{- if .Values.build.readPullSecrets }}
+# build.readPullSecrets: read the pull secrets a SpecServing names (spec.image.pullSecrets), to resolve its base
+# tag to a digest before a build. Never listed or watched, never logged or copied.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+{{- end }}
 # core/v1 Events on the SpecServing (the operator's transitions and kopf's own), for kubectl describe.
 - apiGroups: [""]
   resources: ["events"]

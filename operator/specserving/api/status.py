@@ -54,7 +54,12 @@ class ImageStatus:
     pd_builders: list[str] | None = field("pdBuilders are the speculative algorithms with a PD-decode builder "
                                           "in resolved, as the capability table or the build probe reported.",
                                           max_items=32, item_max_length=64)
-    build_key: str | None = field("buildKey is the content hash (base image, fix version, registry) of the build "
+    base_digest: str | None = field("baseDigest is the manifest digest base pointed to when the operator first "
+                                    "resolved it (from the base's registry, with spec.image.pullSecrets); the "
+                                    "build is keyed by it and pulls the base by it. Absent when the base could "
+                                    "not be resolved and the build is keyed by the tag.", max_length=71)
+    build_key: str | None = field("buildKey is the content hash (the base's digest, or its reference when it "
+                                  "could not be resolved; the fix version; the registry) of the build "
                                   "that produced resolved, or of the build in progress. While buildKey and a "
                                   "resolved digest are recorded here, the operator does not build that image "
                                   "again, even after the build Job's TTL removed the Job.", max_length=64)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from specserving.api.types import SpecServingSpec
 from specserving.capabilities import NEEDS_FIX, UNKNOWN_VERSION, UPSTREAM, CapabilityTable
@@ -11,6 +12,7 @@ from specserving.rendering.image import sglang_version
 
 NOT_NEEDED, BUILD, CANNOT_SERVE = "NotNeeded", "Build", "CannotServe"
 IMAGE_NAME = "sglang-pd"
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,24 @@ class ImagePlan:
     reason: str
     registry: str | None = None
     build_key: str | None = None
+    # The fix's version (the build context's hash), part of the build key.
+    fix_version: str = ""
+    # The registry's digest of `base` (sha256:...): pinned in the spec, or resolved by the operator. With it, the
+    # build key names the base's content, not its tag.
+    base_digest: str | None = None
+
+    @property
+    def base_ref(self) -> str:
+        """What the build pulls: the base by digest when the digest is known, else the reference as written."""
+        return f"{repository(self.base)}@{self.base_digest}" if self.base_digest else self.base
+
+    def pinned(self, digest: str) -> ImagePlan:
+        """This plan with the base's content known: the build key hashes `repository@digest`, so a tag that moved
+        builds again and one digest under two tags builds once."""
+        if self.decision != BUILD:
+            return self
+        key = build_key(f"{repository(self.base)}@{digest}", self.fix_version, self.registry) if self.registry else None
+        return replace(self, base_digest=digest, build_key=key)
 
     @property
     def target(self) -> str | None:
@@ -42,6 +62,22 @@ def build_key(base: str, fix_version: str, registry: str) -> str:
     return hashlib.sha256(f"{base}\n{fix_version}\n{registry}".encode()).hexdigest()[:16]
 
 
+def repository(ref: str) -> str:
+    """An image reference without its tag and digest (registry.example.com:5000/ml/sglang:v1@sha256:... ->
+    registry.example.com:5000/ml/sglang)."""
+    name = ref.split("@", 1)[0]
+    head, _, last = name.rpartition("/")
+    if ":" in last:
+        last = last.split(":", 1)[0]
+    return f"{head}/{last}" if head else last
+
+
+def pinned_digest(ref: str) -> str | None:
+    """The digest an image reference pins (…@sha256:<64 hex>), or None."""
+    _, at, digest = ref.partition("@")
+    return digest if at and DIGEST.fullmatch(digest) else None
+
+
 def plan(spec: SpecServingSpec, table: CapabilityTable, *, fix_version: str,
          default_registry: str | None) -> ImagePlan:
     """Whether `spec` can run its base image, needs the fixed image built, or cannot be served at all."""
@@ -53,7 +89,9 @@ def plan(spec: SpecServingSpec, table: CapabilityTable, *, fix_version: str,
 
     def build(reason: str) -> ImagePlan:
         key = build_key(base, fix_version, registry) if registry else None
-        return ImagePlan(BUILD, base, version, alg, reason, registry, key)
+        out = ImagePlan(BUILD, base, version, alg, reason, registry, key, fix_version=fix_version)
+        digest = pinned_digest(base)
+        return out.pinned(digest) if digest else out
 
     if verdict.kind == UPSTREAM:
         return ImagePlan(NOT_NEEDED, base, version, alg, f"SGLang {version} has its own PD-decode builder for {alg}")

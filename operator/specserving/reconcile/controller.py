@@ -87,9 +87,8 @@ class Controller(Watched):
         """A build Job or its pod changed: converge every SpecServing waiting on (or built by) that build."""
         if deleted:
             self.builds.job_deleted(namespace, name)
-        for key, st in list(self.owners.items()):
-            ip = st.plan.image_plan if st.plan is not None else None
-            if key[0] == namespace and ip is not None and ip.build_key == build_key:
+        for key in list(self.owners):
+            if self.builds.waits_on(key, namespace, build_key):
                 self.poke(key)
 
     def child_event(self, key: Key, ref: ChildRef, deleted: bool, uid: str = "") -> None:
@@ -102,6 +101,7 @@ class Controller(Watched):
     def forget(self, key: Key) -> None:
         """The SpecServing is gone (its children go with it through owner references)."""
         st = self.owners.pop(key, None)
+        self.builds.forget(key)
         if st:
             self.queue.cancel(st)
         self.metrics.set_state(key[0], key[1], None)
@@ -159,7 +159,7 @@ class Controller(Watched):
                 verdict = await self.builds.image(key, body, plan, old)
                 outcome = S.Outcome(admitted=True, warnings=plan.warnings, image=verdict)
                 if verdict.failed:
-                    retry = APPLY_RETRY_SECONDS if verdict.reason == R.APPLY_FAILED else None
+                    retry = APPLY_RETRY_SECONDS if verdict.reason in (R.APPLY_FAILED, R.BASE_UNRESOLVED) else None
                     problem = Blocked(verdict.reason, verdict.message, retry=retry)
                 elif verdict.image is not None:  # None: building; no pool starts before the image is proven
                     assert plan.spec is not None

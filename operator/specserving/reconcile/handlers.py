@@ -131,7 +131,9 @@ def build_registry(controller: Controller, *, resync_seconds: float = 600.0) -> 
 
     @kopf.on.event("batch", "v1", "jobs", id="build-jobs", labels=BUILDS, registry=reg)
     async def build_job_event(*, type: str, namespace: str | None, name: str, labels: kopf.Labels,  # noqa: A002
-                              **_: Any) -> None:
+                              body: kopf.Body, **_: Any) -> None:
+        if type != "DELETED":
+            controller.builds.job_seen(dict(body))
         controller.build_event(namespace or "", labels[BUILD_LABEL], name, deleted=type == "DELETED")
 
     @kopf.index("", "v1", "pods", id=BUILD_POD_INDEX, labels=BUILDS, registry=reg)

@@ -17,9 +17,14 @@ from specserving.capabilities import load as load_capabilities
 from specserving.imagebuild.context import BuildContext
 from specserving.imagebuild.job import BUILD_LABEL, BuildSettings, digest_from_message
 from specserving.imagebuild.planning import BUILD, CANNOT_SERVE, IMAGE_NAME, NOT_NEEDED, ImagePlan
+from specserving.imagebuild.registry import Resolver
 from specserving.reconcile import reasons as R
 from specserving.reconcile.conditions import FALSE, TRUE
 from specserving.rendering.image import ResolvedImage
+
+# --base-digests: resolve the base's tag to a digest before a build, and what to do when the registry cannot say.
+REQUIRED, BEST_EFFORT, OFF = "Required", "BestEffort", "Off"
+BASE_DIGEST_MODES = (REQUIRED, BEST_EFFORT, OFF)
 
 # How much of a failed build's log (its termination message) goes into the condition.
 LOG_TAIL_BYTES = 2000
@@ -36,6 +41,12 @@ class BuildConfig:
     push_secret: str | None = None
     settings: BuildSettings = BuildSettings()
     table: CapabilityTable = field(default_factory=load_capabilities)
+    # Reads a base tag's digest from its registry (None: builds are keyed by the tag as written), and what an
+    # unresolvable base does: Required blocks the build, BestEffort keys it by the tag with a warning.
+    resolver: Resolver | None = None
+    base_digests: str = BEST_EFFORT
+    # Read spec.image.pullSecrets for those lookups (the chart grants get on Secrets only when asked to).
+    read_pull_secrets: bool = False
 
     @property
     def fix_version(self) -> str:
@@ -167,6 +178,8 @@ def _image_status(ip: ImagePlan, table: CapabilityTable, resolved: str | None, f
     if ip.decision == BUILD and ip.build_key and ip.target:
         out["buildKey"] = ip.build_key
         out["tag"] = ip.target
+        if ip.base_digest:
+            out["baseDigest"] = ip.base_digest
     return out
 
 
@@ -217,7 +230,7 @@ def resolve(ip: ImagePlan, table: CapabilityTable, *, remembered_ref: str | None
     if remembered_ref:
         return _built(ip, table, remembered_ref)
     if job is None:
-        return ImageVerdict(FALSE, R.BUILDING, f"{ip.reason}: starting the build of {ip.target} from {ip.base} "
+        return ImageVerdict(FALSE, R.BUILDING, f"{ip.reason}: starting the build of {ip.target} from {ip.base_ref} "
                             f"(Job {ip.build_name}); no pool is started until it is pushed",
                             status_image=_image_status(ip, table, None, None), start_build=True)
     pod = _newest(pods, job)
@@ -242,7 +255,7 @@ def resolve(ip: ImagePlan, table: CapabilityTable, *, remembered_ref: str | None
                                 f"to its termination message (got {tail(pod.message, 200)!r}); delete the Job to build "
                                 "again; no pool is started", status_image=_image_status(ip, table, None, None))
         return _built(ip, table, built_ref(ip.registry, digest))
-    return ImageVerdict(FALSE, R.BUILDING, f"{ip.reason}: building {ip.target} from {ip.base} in Job {job.name} "
+    return ImageVerdict(FALSE, R.BUILDING, f"{ip.reason}: building {ip.target} from {ip.base_ref} in Job {job.name} "
                         f"({_progress(pod)}); no pool is started until it is pushed",
                         status_image=_image_status(ip, table, None, None))
 

@@ -23,6 +23,7 @@ BUILDING = "Building"  # the fixed image is being built; no pool is started unti
 BUILT = "Built"  # the fixed image was built and pushed; the pools run it by digest
 BUILD_FAILED = "BuildFailed"  # the build (or its probe) failed: the message carries the end of its log
 REGISTRY_MISSING = "RegistryMissing"  # a build is needed but no registry is configured
+BASE_UNRESOLVED = "BaseUnresolved"  # the base's registry cannot say what its tag points to (also a Warning event)
 
 # PrefillReady / DecodeReady / RouterReady.
 REPLICAS_READY = "ReplicasReady"

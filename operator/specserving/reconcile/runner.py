@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from specserving import API_VERSION, KIND, PLURAL
 from specserving.kube import ApiError, Kube, StartupError, load_configuration
@@ -41,6 +43,13 @@ class Options:
     build_push_secret: str | None = None
     buildkit_image: str | None = None
     build_context: str | None = None
+    # Plain-HTTP registries, the build pod's placement and resources, and how base tags are resolved to digests.
+    build_insecure_registries: list[str] = field(default_factory=list)
+    build_node_selector: list[str] = field(default_factory=list)
+    build_tolerations: list[str] = field(default_factory=list)
+    build_resources: str | None = None
+    base_digests: str = "BestEffort"
+    read_pull_secrets: bool = False
     webhook: WebhookOptions = field(default_factory=WebhookOptions)
 
 
@@ -64,7 +73,9 @@ def build_config(opts: Options) -> BuildConfig:
     """The build settings, with the build context loaded once (and so the fix's version fixed) for the process."""
     from specserving.api.types import BuildSpec, LocalObjectReference
     from specserving.imagebuild import context
-    from specserving.imagebuild.job import BuildSettings
+    from specserving.imagebuild.job import DEFAULT_BUILDKIT_IMAGE, DEFAULT_RESOURCES, BuildSettings
+    from specserving.imagebuild.registry import Resolver
+    from specserving.reconcile.image import BASE_DIGEST_MODES, OFF
 
     try:
         ctx = context.load(Path(opts.build_context) if opts.build_context else None)
@@ -78,9 +89,61 @@ def build_config(opts: Options) -> BuildConfig:
     name_pattern = next(f.metadata["pattern"] for f in dataclasses.fields(LocalObjectReference) if f.name == "name")
     if opts.build_push_secret and not re.fullmatch(name_pattern, opts.build_push_secret):
         raise StartupError(f"--build-push-secret must be a Secret name, not {opts.build_push_secret!r}")
-    settings = BuildSettings(buildkit_image=opts.buildkit_image) if opts.buildkit_image else BuildSettings()
+    settings = BuildSettings(
+        buildkit_image=opts.buildkit_image or DEFAULT_BUILDKIT_IMAGE,
+        insecure_registries=tuple(_hosts(opts.build_insecure_registries)),
+        node_selector=dict(_pair("--build-node-selector", v) for v in opts.build_node_selector),
+        tolerations=tuple(_toleration(v) for v in opts.build_tolerations),
+        resources=_resources(opts.build_resources) if opts.build_resources else DEFAULT_RESOURCES)
+    if opts.base_digests not in BASE_DIGEST_MODES:
+        raise StartupError(f"--base-digests must be one of {', '.join(BASE_DIGEST_MODES)}, not {opts.base_digests!r}")
+    resolver = None if opts.base_digests == OFF else Resolver(insecure=settings.insecure_registries)
     return BuildConfig(context=ctx, registry=opts.build_registry or None, push_secret=opts.build_push_secret or None,
-                       settings=settings)
+                       settings=settings, resolver=resolver, base_digests=opts.base_digests,
+                       read_pull_secrets=opts.read_pull_secrets)
+
+
+def _hosts(values: list[str]) -> list[str]:
+    for v in values:
+        if not re.fullmatch(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?", v):
+            raise StartupError(f"--build-insecure-registry takes a registry host[:port] such as "
+                               f"registry.local:5000, not {v!r}")
+    return values
+
+
+def _pair(flag: str, value: str) -> tuple[str, str]:
+    key, eq, val = value.partition("=")
+    if not eq or not re.fullmatch(r"([a-z0-9.-]+/)?[A-Za-z0-9_.-]+", key):
+        raise StartupError(f"{flag} takes KEY=VALUE (a label), not {value!r}")
+    return key, val
+
+
+def _toleration(value: str) -> dict[str, str]:
+    """KEY[=VALUE]:EFFECT, as kubectl taint writes a taint; no VALUE means operator Exists."""
+    head, colon, effect = value.rpartition(":")
+    if not colon or effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute") or not head:
+        raise StartupError(f"--build-toleration takes KEY[=VALUE]:EFFECT (EFFECT NoSchedule, PreferNoSchedule or "
+                           f"NoExecute), not {value!r}")
+    key, eq, val = head.partition("=")
+    out = {"key": key, "operator": "Equal" if eq else "Exists", "effect": effect}
+    if eq:
+        out["value"] = val
+    return out
+
+
+def _resources(text: str) -> dict[str, Any]:
+    from specserving.imagebuild.job import DEFAULT_RESOURCES
+
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise StartupError(f"--build-resources must be JSON such as "
+                           f"{json.dumps(DEFAULT_RESOURCES, separators=(',', ':'))}: {exc}") from None
+    if not isinstance(doc, dict) or set(doc) - {"requests", "limits"} or not all(
+            isinstance(v, dict) and all(isinstance(q, str | int) for q in v.values()) for v in doc.values()):
+        raise StartupError("--build-resources must be a JSON object with only requests and limits, each a map of "
+                           f"resource name to quantity, not {text!r}")
+    return {kind: {name: str(q) for name, q in amounts.items()} for kind, amounts in doc.items()}
 
 
 def serve_metrics(metrics: Metrics, port: int, address: str) -> None:
