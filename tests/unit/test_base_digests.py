@@ -216,3 +216,10 @@ def test_unresolved_bases_keep_the_tag_key() -> None:
 ])
 def test_repository_drops_tag_and_digest(ref: str, repo: str) -> None:
     assert repository(ref) == repo
+
+
+def test_a_build_proves_one_algorithm_so_each_algorithm_has_its_own() -> None:
+    dspark = _plan("r.local/ml/sglang:nightly").pinned(DIGEST)
+    other = plan(spec_of(seed(**{"spec.image.base": "r.local/ml/sglang:nightly", "spec.speculative.algorithm": "EAGLE3"})),
+                 load(), fix_version="f1", default_registry="r.local/ml").pinned(DIGEST)
+    assert dspark.build_key != other.build_key

@@ -59,7 +59,7 @@ class ImageStatus:
                                     "build is keyed by it and pulls the base by it. Absent when the base could "
                                     "not be resolved and the build is keyed by the tag.", max_length=71)
     build_key: str | None = field("buildKey is the content hash (the base's digest, or its reference when it "
-                                  "could not be resolved; the fix version; the registry) of the build "
+                                  "could not be resolved; the algorithm; the fix version; the registry) of the build "
                                   "that produced resolved, or of the build in progress. While buildKey and a "
                                   "resolved digest are recorded here, the operator does not build that image "
                                   "again, even after the build Job's TTL removed the Job.", max_length=64)

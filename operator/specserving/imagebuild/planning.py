@@ -42,7 +42,8 @@ class ImagePlan:
         builds again and one digest under two tags builds once."""
         if self.decision != BUILD:
             return self
-        key = build_key(f"{repository(self.base)}@{digest}", self.fix_version, self.registry) if self.registry else None
+        key = (build_key(f"{repository(self.base)}@{digest}", self.fix_version, self.registry, self.algorithm)
+               if self.registry else None)
         return replace(self, base_digest=digest, build_key=key)
 
     @property
@@ -58,8 +59,10 @@ class ImagePlan:
         return f"sps-build-{self.build_key}" if self.decision == BUILD and self.build_key else None
 
 
-def build_key(base: str, fix_version: str, registry: str) -> str:
-    return hashlib.sha256(f"{base}\n{fix_version}\n{registry}".encode()).hexdigest()[:16]
+def build_key(base: str, fix_version: str, registry: str, algorithm: str) -> str:
+    """The build's content address. The algorithm is part of it because the build's probe proves the builder of
+    that one algorithm: for a version the capability table lacks, a build probed for DSPARK says nothing of DFLASH."""
+    return hashlib.sha256(f"{base}\n{fix_version}\n{registry}\n{algorithm}".encode()).hexdigest()[:16]
 
 
 def repository(ref: str) -> str:
@@ -88,7 +91,7 @@ def plan(spec: SpecServingSpec, table: CapabilityTable, *, fix_version: str,
     registry = spec.image.build.registry or default_registry
 
     def build(reason: str) -> ImagePlan:
-        key = build_key(base, fix_version, registry) if registry else None
+        key = build_key(base, fix_version, registry, alg) if registry else None
         out = ImagePlan(BUILD, base, version, alg, reason, registry, key, fix_version=fix_version)
         digest = pinned_digest(base)
         return out.pinned(digest) if digest else out
