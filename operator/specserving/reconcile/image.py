@@ -204,7 +204,8 @@ def _newest(pods: Iterable[BuildPod], job: BuildJob) -> BuildPod | None:
 
 def _progress(pod: BuildPod | None) -> str:
     if pod is None:
-        return "its pod is not created yet"
+        # The Job controller reports why it cannot create the pod (Pod Security, quota) only in events.
+        return "its pod is not created yet; if that lasts, `kubectl describe job` shows why (a FailedCreate event)"
     if pod.reason and pod.phase == "Pending":
         return f"pod {pod.name} is Pending: {pod.reason}" + (f": {pod.detail}" if pod.detail else "")
     return f"pod {pod.name} is {pod.phase}"
