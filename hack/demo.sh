@@ -8,11 +8,15 @@
 #   4. helm test (the hook Pod asks for a NGRAM dry run, which the webhook must refuse)
 #   5. kubectl apply the seed example and wait for Ready (serving pods land on the fake GPU nodes)
 #   6. kubectl apply a NGRAM variant: refused by the webhook, and not stored
-#   7. show what the operator made, and its metrics read through its Service
+#   7. kubectl apply a DSPARK variant on the stand-in SGLang 0.5.16 base, which lacks DSPARK's PD-decode builder: the
+#      operator's build Job builds images/sglang-pd with rootless BuildKit on the real node, the probe passes, the
+#      image is pushed to the local registry, and the pools run it by digest (the registry API shows the digest)
+#   8. show what the operator made, and its metrics read through its Service
 #
 # Everything is left running: the operator keeps reconciling after the script exits. The script ends by saying how
 # to look around and how to tear down. Running it again upgrades in place.
 # Settings: DEMO_NAMESPACE (default specserving-demo), DEMO_EXAMPLE, DEMO_TIMEOUT (seconds, default 180),
+# DEMO_BUILD_TIMEOUT (seconds, default 1800: a cold build pulls a 6 GB base),
 # OPERATOR_NAMESPACE (default specserving-system), VENV (default .venv), SPECSERVING_CLUSTER_NAME.
 set -euo pipefail
 
@@ -24,7 +28,9 @@ OPNS=${OPERATOR_NAMESPACE:-specserving-system}
 RELEASE=specserving-operator
 EXAMPLE=${DEMO_EXAMPLE:-examples/dspark-pd-tp8dp8.yaml}
 TIMEOUT=${DEMO_TIMEOUT:-180}
-STEPS=7
+BUILD_TIMEOUT=${DEMO_BUILD_TIMEOUT:-1800}
+REGISTRY=10.88.0.1:5000  # hack/node.sh serves it on the real node's bridge address
+STEPS=8
 STEP=0
 
 step() { STEP=$((STEP + 1)); printf '\n\033[1m==> [%d/%d] %s\033[0m\n' "$STEP" "$STEPS" "$*"; }
@@ -45,12 +51,16 @@ kubectl get nodes -o custom-columns='NODE:.metadata.name,RUNTIME:.status.nodeInf
     awk 'NR <= 3 || /specserving-real/'
 say "... ($(kubectl get nodes -l type=kwok --no-headers | wc -l) fake GPU nodes in all)"
 
-step "Building the operator image (images/operator/Dockerfile, buildah) and pushing it to the local registry"
+step "Building the operator image (images/operator/Dockerfile), the rootless BuildKit image and the SGLang 0.5.16 base (stand-ins, see docs/image-build.md) with buildah, and pushing them to the local registry"
 IMAGE=$(bash hack/images.sh operator)
 REPOSITORY=${IMAGE%@*}
 REPOSITORY=${REPOSITORY%:*}
 DIGEST=${IMAGE#*@}
 say "$IMAGE"
+BUILDKIT=$(bash hack/images.sh buildkit)
+say "$BUILDKIT"
+SGLANG_BASE=$(bash hack/images.sh sglang 0.5.16)
+say "$SGLANG_BASE"
 
 step "helm install $RELEASE into namespace $OPNS (Pod Security: restricted)"
 kubectl create namespace "$OPNS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
@@ -59,7 +69,8 @@ kubectl label namespace "$OPNS" --overwrite pod-security.kubernetes.io/enforce=r
 # --wait: both replicas Ready, which the readiness probe ties to the webhook's TLS port answering.
 helm upgrade --install "$RELEASE" charts/specserving-operator -n "$OPNS" \
     --set image.repository="$REPOSITORY" --set image.digest="$DIGEST" \
-    -f hack/real-node-values.yaml --wait --timeout 300s >/dev/null ||
+    --set build.registry="$REGISTRY/specserving-demo" --set build.buildkitImage="$BUILDKIT" \
+    -f hack/real-node-values.yaml -f hack/real-node-build-values.yaml --wait --timeout 300s >/dev/null ||
     { kubectl get pods -n "$OPNS" -o wide; die "helm install did not become ready (kubectl logs -n $OPNS deploy/$RELEASE)"; }
 kubectl get pods -n "$OPNS" -l app.kubernetes.io/instance="$RELEASE" \
     -o custom-columns='POD:.metadata.name,STATUS:.status.phase,NODE:.spec.nodeName,IP:.status.podIP,CONTAINER:.status.containerStatuses[0].containerID'
@@ -97,6 +108,50 @@ if kubectl get sps -n "$NS" "$BAD" >/dev/null 2>&1; then
 fi
 say "kubectl get sps $BAD: $(kubectl get sps -n "$NS" "$BAD" 2>&1)"
 
+BUILT_NAME=$NAME-on-0516
+step "kubectl apply of the same example on the SGLang 0.5.16 base, which has no PD-decode builder for DSPARK: the operator builds the fixed image (a real rootless BuildKit Job on the real node), then runs the pools on its digest"
+# Rootless BuildKit needs seccomp and AppArmor unconfined: the namespace that runs builds must allow Pod Security
+# "privileged" (docs/image-build.md); the operator's own namespace stays "restricted".
+kubectl label namespace "$NS" --overwrite pod-security.kubernetes.io/enforce=privileged >/dev/null
+BUILT_FILE=$(mktemp --suffix=.yaml)
+trap 'rm -f "$BAD_FILE" "$BUILT_FILE"' EXIT
+"$VENV/bin/python" - "$EXAMPLE" "$BUILT_NAME" "${SGLANG_BASE%@*}" >"$BUILT_FILE" <<'PY'
+import sys, yaml
+obj = yaml.safe_load(open(sys.argv[1]))
+obj["metadata"]["name"] = sys.argv[2]
+obj["spec"]["image"]["base"] = sys.argv[3]
+obj["spec"]["image"].pop("sglangVersion", None)
+yaml.safe_dump(obj, sys.stdout, sort_keys=False)
+PY
+started=$(date +%s)
+kubectl apply -n "$NS" -f "$BUILT_FILE"
+job=""
+for _ in $(seq 60); do
+    job=$(kubectl get jobs -n "$NS" -l specserving.io/build -o jsonpath='{.items[0].metadata.name}' 2>/dev/null) && [[ -n $job ]] && break
+    sleep 1
+done
+if [[ -n $job ]]; then
+    say "build Job $job (kubectl logs -n $NS -f job/$job); waiting for it (a cold build pulls the 6 GB base)"
+    kubectl wait -n "$NS" "job/$job" --for=condition=Complete --timeout="${BUILD_TIMEOUT}s" >/dev/null ||
+        { kubectl logs -n "$NS" "job/$job" --tail=30 || true; die "the build Job $job did not complete"; }
+    kubectl logs -n "$NS" "job/$job" | grep -E 'fix active|pushing manifest|DONE' | tail -4 | sed 's/^/    /' || true
+else
+    say "no build Job: this registry already holds the image for this base and fix (status.image remembers it)"
+fi
+if ! kubectl wait -n "$NS" "sps/$BUILT_NAME" --for=condition=Ready --timeout="${TIMEOUT}s"; then
+    kubectl describe -n "$NS" "sps/$BUILT_NAME" | tail -30
+    die "$BUILT_NAME did not become Ready (kubectl logs -n $OPNS deploy/$RELEASE)"
+fi
+RESOLVED=$(kubectl get sps -n "$NS" "$BUILT_NAME" -o jsonpath='{.status.image.resolved}')
+say "Ready after $(( $(date +%s) - started ))s on $RESOLVED"
+repo=${RESOLVED%@*}
+repo=${repo#"$REGISTRY"/}
+code=$(curl -s -o /dev/null -w '%{http_code}' -I \
+    -H 'Accept: application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json' \
+    "http://$REGISTRY/v2/$repo/manifests/${RESOLVED#*@}")
+[[ $code == 200 ]] || die "the registry has no manifest for $RESOLVED (HTTP $code)"
+say "the registry API has it: HEAD /v2/$repo/manifests/${RESOLVED#*@} -> HTTP $code"
+
 step "What the operator made, and its metrics (read through its Service by the API server's service proxy)"
 kubectl get sps -n "$NS" -o wide
 echo
@@ -105,7 +160,8 @@ echo
 kubectl get sps -n "$NS" "$NAME" -o jsonpath='{range .status.conditions[*]}{.type}{"\t"}{.status}{"\t"}{.reason}{"\n"}{end}' | column -t -s $'\t'
 echo
 kubectl get --raw "/api/v1/namespaces/$OPNS/services/http:$RELEASE-metrics:metrics/proxy/metrics" |
-    grep -E '^specserving_' | grep -v -E '_created|_bucket| 0.0$' | awk 'NR <= 12' || true
+    grep -E '^specserving_(reconcile_total|specservings|builds_total|build_duration_seconds_(sum|count))' |
+    grep -v -E ' 0.0$' || true
 
 cat <<EOF
 

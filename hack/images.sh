@@ -188,6 +188,10 @@ buildkit_binaries() {
     # Prints the folder holding buildkitd, buildctl, rootlesskit and runc; builds them once per version set.
     local bin t
     bin="$CACHE/buildkit/bin-$(printf '%s\n' "$BUILDKIT_VERSION" "$ROOTLESSKIT_VERSION" "$RUNC_VERSION" | sha256sum | cut -c1-12)"
+    mkdir -p "$CACHE/buildkit"
+    # .ci/run builds these in the background while the cluster tier may ask for the image: one builds, one waits.
+    exec 8>"$CACHE/buildkit/.lock"
+    flock 8
     if [[ ! -f $bin/.complete ]]; then
         need go gcc pkg-config
         [[ -f /usr/lib/x86_64-linux-gnu/libseccomp.a ]] ||
@@ -324,6 +328,7 @@ case "${1:-}" in
     pause) registry_up; cmd_pause ;;
     operator) cmd_operator ;;
     buildkit) cmd_buildkit ;;
+    buildkit-binaries) buildkit_binaries ;;  # no registry needed: .ci/run starts it early, in the background
     sglang) [[ -n ${2:-} ]] || { echo "usage: $0 sglang VERSION" >&2; exit 2; }; registry_up; cmd_sglang "$2" ;;
-    *) echo "usage: $0 base|pause|operator|buildkit|sglang VERSION" >&2; exit 2 ;;
+    *) echo "usage: $0 base|pause|operator|buildkit|buildkit-binaries|sglang VERSION" >&2; exit 2 ;;
 esac
