@@ -134,7 +134,7 @@ if [[ -n $job ]]; then
     say "build Job $job (kubectl logs -n $NS -f job/$job); waiting for it (a cold build pulls the 6 GB base)"
     kubectl wait -n "$NS" "job/$job" --for=condition=Complete --timeout="${BUILD_TIMEOUT}s" >/dev/null ||
         { kubectl logs -n "$NS" "job/$job" --tail=30 || true; die "the build Job $job did not complete"; }
-    kubectl logs -n "$NS" "job/$job" | grep -E 'fix active|pushing manifest|DONE' | tail -4 | sed 's/^/    /' || true
+    kubectl logs -n "$NS" "job/$job" | grep -E 'fix active: |pushing manifest for .* done' | sed 's/^/    /' || true
 else
     say "no build Job: this registry already holds the image for this base and fix (status.image remembers it)"
 fi
@@ -152,16 +152,23 @@ code=$(curl -s -o /dev/null -w '%{http_code}' -I \
 [[ $code == 200 ]] || die "the registry has no manifest for $RESOLVED (HTTP $code)"
 say "the registry API has it: HEAD /v2/$repo/manifests/${RESOLVED#*@} -> HTTP $code"
 
-step "What the operator made, and its metrics (read through its Service by the API server's service proxy)"
+step "What the operator made, and its metrics (read from its pods through the API server's proxy)"
 kubectl get sps -n "$NS" -o wide
 echo
 kubectl get deployments,services,poddisruptionbudgets -n "$NS" -l "specserving.io/instance=$NAME"
 echo
 kubectl get sps -n "$NS" "$NAME" -o jsonpath='{range .status.conditions[*]}{.type}{"\t"}{.status}{"\t"}{.reason}{"\n"}{end}' | column -t -s $'\t'
 echo
-kubectl get --raw "/api/v1/namespaces/$OPNS/services/http:$RELEASE-metrics:metrics/proxy/metrics" |
-    grep -E '^specserving_(reconcile_total|specservings|builds_total|build_duration_seconds_(sum|count))' |
-    grep -v -E ' 0.0$' || true
+# The Service picks either replica, and only the peering leader reconciles: read each pod, show the leader's.
+port=$(kubectl get pods -n "$OPNS" -l app.kubernetes.io/instance="$RELEASE" \
+    -o jsonpath='{.items[0].spec.containers[0].ports[?(@.name=="metrics")].containerPort}')
+for pod in $(kubectl get pods -n "$OPNS" -l app.kubernetes.io/instance="$RELEASE" -o name); do
+    text=$(kubectl get --raw "/api/v1/namespaces/$OPNS/pods/${pod#pod/}:$port/proxy/metrics" 2>/dev/null) || continue
+    grep -q -E '^specserving_reconcile_total\{[^}]*\} [1-9]' <<<"$text" || continue
+    say "${pod#pod/} (the leader):"
+    grep -E '^specserving_(reconcile_total|specservings|builds_total|build_duration_seconds_(sum|count))' <<<"$text" |
+        grep -v -E ' 0.0$' | sed 's/^/    /' || true
+done
 
 cat <<EOF
 
