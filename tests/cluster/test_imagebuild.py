@@ -14,11 +14,8 @@ a scheduling gate; the test annotates the held pod and then removes the gate. Ev
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,9 +26,9 @@ import pytest
 from specserving.imagebuild import context as build_context
 from specserving.imagebuild.planning import build_key
 
-from .conftest import IMAGE_TIMEOUT
 from .kube import Cluster, condition, wait_for
 from .operating import READY_TIMEOUT, Operator, cond_is, crd, ready, seed, total
+from .registry import LOCAL_REGISTRY, local_image, point_tag
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 __all__ = ["crd"]  # fixture, used by name
@@ -57,12 +54,8 @@ def expected_key(base: str = BASE) -> str:
 
 # -- fixtures -----------------------------------------------------------------------------------------------------
 
-def _start(cluster: Cluster, namespace: str, tmp_path: Path, registry: bool) -> Iterator[Operator]:
-    # --base-digests Off: these bases are names only (kwok plays the build), so builds are keyed by the tag;
-    # tests/cluster/test_realbuild.py resolves real bases to their digests.
-    extra = ["--build-context", str(CONTEXT), "--base-digests", "Off",
-             *(["--build-registry", REGISTRY] if registry else [])]
-    op = Operator(cluster, namespace, tmp_path / "operator.log", extra=extra)
+def _start(cluster: Cluster, namespace: str, tmp_path: Path, flags: list[str]) -> Iterator[Operator]:
+    op = Operator(cluster, namespace, tmp_path / "operator.log", extra=["--build-context", str(CONTEXT), *flags])
     try:
         yield op
     finally:
@@ -73,13 +66,15 @@ def _start(cluster: Cluster, namespace: str, tmp_path: Path, registry: bool) -> 
 @pytest.fixture
 def builder(cluster: Cluster, namespace: str, crd: None, tmp_path: Path) -> Iterator[Operator]:
     """The operator with --build-registry registry.local/ml."""
-    yield from _start(cluster, namespace, tmp_path, registry=True)
+    # --base-digests Off: these bases are names only (kwok plays the build), so builds are keyed by the tag;
+    # test_builds_follow_the_bases_digest_not_its_tag and tests/cluster/test_realbuild.py resolve real ones.
+    yield from _start(cluster, namespace, tmp_path, ["--build-registry", REGISTRY, "--base-digests", "Off"])
 
 
 @pytest.fixture
 def no_registry(cluster: Cluster, namespace: str, crd: None, tmp_path: Path) -> Iterator[Operator]:
     """The operator with no default registry."""
-    yield from _start(cluster, namespace, tmp_path, registry=False)
+    yield from _start(cluster, namespace, tmp_path, ["--base-digests", "Off"])
 
 
 @pytest.fixture
@@ -270,58 +265,14 @@ def test_a_needed_build_without_a_registry_says_how_to_set_one(cluster: Cluster,
 
 # -- builds keyed by the base's digest (the local registry's real API; kwok still plays the build) -----------------
 
-LOCAL_REGISTRY = "10.88.0.1:5000"  # hack/node.sh's registry, on the real node's bridge address
 MOVING_REPO = "specserving-test/moving-sglang"
-
-
-def _registry(method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None,
-              ) -> tuple[int, dict[str, str], bytes]:
-    accept = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"
-    req = urllib.request.Request(f"http://{LOCAL_REGISTRY}/v2/{path}", data=body, method=method,
-                                 headers={"Accept": accept, **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, dict(resp.headers), resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read()
-
-
-def point_tag(image: str, repo: str, tag: str) -> str:
-    """Make REGISTRY/repo:tag point at `image` (REGISTRY/other@sha256:...): mount its blobs into `repo` and put its
-    manifest under `tag`, through the registry API. Returns the manifest digest."""
-    source, digest = image.split("@")
-    source_repo = source[len(LOCAL_REGISTRY) + 1:].rsplit(":", 1)[0]
-    code, headers, manifest = _registry("GET", f"{source_repo}/manifests/{digest}")
-    assert code == 200, f"GET {image}: HTTP {code}"
-    doc = json.loads(manifest)
-    for blob in [doc["config"], *doc["layers"]]:
-        code, _, body = _registry("POST", f"{repo}/blobs/uploads/?mount={blob['digest']}&from={source_repo}")
-        assert code == 201, f"mount {blob['digest']} into {repo}: HTTP {code} {body[:200]!r}"
-    kind = headers.get("Content-Type") or doc["mediaType"]
-    code, _, body = _registry("PUT", f"{repo}/manifests/{tag}", manifest, {"Content-Type": kind})
-    assert code == 201, f"PUT {repo}:{tag}: HTTP {code} {body[:200]!r}"
-    return digest
-
-
-def _local_image(cluster: Cluster, what: str) -> str:
-    proc = subprocess.run(["bash", str(REPO / "hack" / "images.sh"), what], env=cluster.env, text=True,
-                          capture_output=True, timeout=IMAGE_TIMEOUT, check=False)
-    if proc.returncode != 0:
-        pytest.fail(f"hack/images.sh {what} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return proc.stdout.strip().splitlines()[-1]
 
 
 @pytest.fixture
 def resolving(cluster: Cluster, namespace: str, crd: None, tmp_path: Path, real_node: str) -> Iterator[Operator]:
     """The operator keying builds by the base's digest, read from the local registry (--base-digests Required)."""
-    extra = ["--build-context", str(CONTEXT), "--build-registry", REGISTRY, "--base-digests", "Required",
-             "--build-insecure-registry", LOCAL_REGISTRY]
-    op = Operator(cluster, namespace, tmp_path / "operator.log", extra=extra)
-    try:
-        yield op
-    finally:
-        op.stop()
-        sys.stderr.write(f"\n--- operator log ({op.log}) ---\n{op.log.read_text()[-6000:]}\n")
+    yield from _start(cluster, namespace, tmp_path, ["--build-registry", REGISTRY, "--base-digests", "Required",
+                                                     "--build-insecure-registry", LOCAL_REGISTRY])
 
 
 def test_builds_follow_the_bases_digest_not_its_tag(cluster: Cluster, namespace: str, hold: None,
@@ -329,7 +280,7 @@ def test_builds_follow_the_bases_digest_not_its_tag(cluster: Cluster, namespace:
     # Two different small images stand in for two builds of one SGLang tag: the tag is moved from one to the other.
     ns, tag = namespace, f"v0.5.16-{uuid.uuid4().hex[:8]}"
     base = f"{LOCAL_REGISTRY}/{MOVING_REPO}:{tag}"
-    old = point_tag(_local_image(cluster, "pause"), MOVING_REPO, tag)
+    old = point_tag(local_image(cluster, "pause"), MOVING_REPO, tag)
     cluster.apply(seed(**{"metadata.name": "before", "spec.image.base": base}), namespace=ns)
     job = wait_for(lambda: one_job(cluster, ns), 30, "the build Job of the first digest")
     before = wait_for(lambda: building(cluster, ns, "before"), 30, "before: Building")
@@ -347,9 +298,9 @@ def test_builds_follow_the_bases_digest_not_its_tag(cluster: Cluster, namespace:
     assert len(jobs(cluster, ns)) == 1
 
     # The tag moves: a new SpecServing builds again; the one already waiting keeps its build.
-    new = point_tag(_local_image(cluster, "base"), MOVING_REPO, tag)
+    new = point_tag(local_image(cluster, "base"), MOVING_REPO, tag)
     assert new != old
-    time.sleep(31)  # past the operator's 30 s lookup cache
+    time.sleep(11)  # past the operator's 10 s lookup cache
     cluster.apply(seed(**{"metadata.name": "after", "spec.image.base": base}), namespace=ns)
     after = wait_for(lambda: building(cluster, ns, "after"), 30, "after: Building")
     assert after["status"]["image"]["baseDigest"] == new

@@ -1,6 +1,7 @@
 """The build Job really builds, on the real node: the operator's own rendered Job runs rootless BuildKit (the
 stand-in image of hack/buildkit), builds images/sglang-pd FROM the stand-in SGLang 0.5.16 base in the local
-registry, runs the probe through SGLang's plugin loader, pushes, and reports the digest; the pools run it.
+registry, runs the probe through SGLang's plugin loader, pushes, and reports the digest; the pools run it. A fix
+that SGLang never loads fails its build on the 0.5.18 base (DFLASH); the 0.5.17 base needs no build.
 
 Nothing is played here: the registry, BuildKit, the Dockerfile, pip and the probe are the real ones. What stands in
 (docs/image-build.md): the BuildKit image (built here from the same Go modules as moby/buildkit's rootless image),
@@ -14,10 +15,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -26,64 +25,42 @@ from typing import Any
 
 import pytest
 
-from .conftest import IMAGE_TIMEOUT
 from .kube import REPO, Cluster, condition, wait_for
 from .operating import READY_TIMEOUT, Operator, cond_is, crd, ready, seed
+from .registry import LOCAL_REGISTRY, api, local_image, point_tag, repository_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(2400)]
 __all__ = ["crd"]  # fixture, used by name
 
-REGISTRY_HOST = "10.88.0.1:5000"  # hack/node.sh serves the registry on the real node's bridge address
+REGISTRY_HOST = LOCAL_REGISTRY
 PUSH_REPO = "specserving-test"
 BUILT = f"{REGISTRY_HOST}/{PUSH_REPO}/sglang-pd"
 # Cold, the pod pulls the whole base (about 2 GB of zstd, 6 GB unpacked) before the first RUN.
 BUILD_TIMEOUT = 1500
-MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json, "
-                  "application/vnd.docker.distribution.manifest.v2+json")
 NODE_LABEL = "specserving.io/real-node"
-
-
-def _images(cluster: Cluster, *args: str) -> str:
-    proc = subprocess.run(["bash", str(REPO / "hack" / "images.sh"), *args], env=cluster.env, text=True,
-                          capture_output=True, timeout=IMAGE_TIMEOUT, check=False)
-    if proc.returncode != 0:
-        pytest.fail(f"hack/images.sh {' '.join(args)} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-    return proc.stdout.strip().splitlines()[-1]
 
 
 @pytest.fixture(scope="module")
 def buildkit_image(cluster: Cluster, real_node: str) -> str:
-    return _images(cluster, "buildkit")
+    return local_image(cluster, "buildkit")
 
 
 @pytest.fixture(scope="module")
 def base_0516(cluster: Cluster, real_node: str) -> str:
-    """REGISTRY/specserving/stand-in/sglang:v0.5.16-cpu-HASH@sha256:..."""
-    return _images(cluster, "sglang", "0.5.16")
+    """REGISTRY/specserving/stand-in/sglang:v0.5.16-cpu-HASH@sha256:...: DSPARK needs the fix."""
+    return local_image(cluster, "sglang", "0.5.16")
 
 
-def registry(method: str, path: str, body: bytes | None = None, content_type: str | None = None,
-             ) -> tuple[int, dict[str, str], bytes]:
-    headers = {"Accept": MANIFEST_TYPES}
-    if content_type:
-        headers["Content-Type"] = content_type
-    req = urllib.request.Request(f"http://{REGISTRY_HOST}/v2/{path}", data=body, headers=headers, method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, dict(resp.headers), resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read()
+@pytest.fixture(scope="module")
+def base_0517(cluster: Cluster, real_node: str) -> str:
+    """SGLang 0.5.17: its own PD-decode builder for DSPARK, no build needed."""
+    return local_image(cluster, "sglang", "0.5.17")
 
 
-def tag_again(ref: str, new_tag: str) -> str:
-    """Put the manifest of REGISTRY/REPO:TAG@DIGEST under a second tag (the registry API); the new reference."""
-    repo = ref.split("@")[0][len(REGISTRY_HOST) + 1:].rsplit(":", 1)[0]
-    code, headers, manifest = registry("GET", f"{repo}/manifests/{ref.split('@')[1]}")
-    assert code == 200, f"GET manifest {ref}: HTTP {code}"
-    kind = headers.get("Content-Type") or json.loads(manifest).get("mediaType")
-    code, _, body = registry("PUT", f"{repo}/manifests/{new_tag}", manifest, kind)
-    assert code == 201, f"PUT manifest {repo}:{new_tag}: HTTP {code} {body[:300]!r}"
-    return f"{REGISTRY_HOST}/{repo}:{new_tag}"
+@pytest.fixture(scope="module")
+def base_0518(cluster: Cluster, real_node: str) -> str:
+    """SGLang 0.5.18: DFLASH needs the fix."""
+    return local_image(cluster, "sglang", "0.5.18")
 
 
 def start_operator(cluster: Cluster, namespace: str, log: Path, buildkit_image: str,
@@ -160,11 +137,11 @@ def test_a_real_build_serves_the_pushed_digest(cluster: Cluster, namespace: str,
     assert image["fixApplied"] is True and condition(obj, "ImageReady")["reason"] == "Built"
     assert re.fullmatch(rf"{re.escape(BUILT)}@sha256:[0-9a-f]{{64}}", resolved), resolved
     digest = resolved.split("@")[1]
-    code, headers, manifest = registry("HEAD", f"{PUSH_REPO}/sglang-pd/manifests/{digest}")
+    code, headers, manifest = api("HEAD", f"{PUSH_REPO}/sglang-pd/manifests/{digest}")
     assert code == 200 and headers.get("Docker-Content-Digest") == digest, (code, headers)
-    code, _, manifest = registry("GET", f"{PUSH_REPO}/sglang-pd/manifests/{digest}")
+    code, _, manifest = api("GET", f"{PUSH_REPO}/sglang-pd/manifests/{digest}")
     config_digest = json.loads(manifest)["config"]["digest"]
-    code, _, config = registry("GET", f"{PUSH_REPO}/sglang-pd/blobs/{config_digest}")
+    code, _, config = api("GET", f"{PUSH_REPO}/sglang-pd/blobs/{config_digest}")
     labels = json.loads(config)["config"]["Labels"]
     assert labels["io.specserving.required-algorithms"] == "DSPARK"
     assert labels["io.specserving.base-image"] == f"{base_tag.rsplit(':', 1)[0]}@{base_digest}"
@@ -181,7 +158,9 @@ def test_a_real_build_serves_the_pushed_digest(cluster: Cluster, namespace: str,
     assert metric(op, "specserving_build_duration_seconds_count", 'result="succeeded"') == 1
 
     # The same content under a second tag: one digest, one build.
-    alias = tag_again(base_0516, f"alias-{uuid.uuid4().hex[:8]}")
+    alias_tag = f"alias-{uuid.uuid4().hex[:8]}"
+    point_tag(base_0516, repository_of(base_0516), alias_tag)
+    alias = f"{base_tag.rsplit(':', 1)[0]}:{alias_tag}"
     again = time.monotonic()
     cluster.apply(seed(**{"metadata.name": "second", "spec.image.base": alias, "spec.decode.replicas": 1}),
                   namespace=ns)
@@ -194,10 +173,10 @@ def test_a_real_build_serves_the_pushed_digest(cluster: Cluster, namespace: str,
     assert pool_images(cluster, ns, "second") == {resolved}
 
 
-def test_a_build_whose_probe_finds_no_builder_fails_for_real(cluster: Cluster, namespace: str, base_0516: str,
+def test_a_build_whose_probe_finds_no_builder_fails_for_real(cluster: Cluster, namespace: str, base_0518: str,
                                                               operator_for: Any, tmp_path: Path) -> None:
-    # The fix without its plugin entry point: SGLang's loader never loads it, so 0.5.16 keeps its missing DSPARK
-    # builder and the probe inside the build must fail it.
+    # DFLASH on SGLang 0.5.18 needs the fix. Here the fix comes without its plugin entry point: SGLang's loader never
+    # loads it, so the probe inside the build must find DFLASH's builder missing and fail the build.
     broken = tmp_path / "sglang-pd"
     shutil.copytree(REPO / "images" / "sglang-pd", broken,
                     ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
@@ -208,7 +187,9 @@ def test_a_build_whose_probe_finds_no_builder_fails_for_real(cluster: Cluster, n
     pyproject.write_text(cut)
     ns = namespace
     op = operator_for(broken)
-    cluster.apply(seed(**{"metadata.name": "broken", "spec.image.base": base_0516.split("@")[0]}), namespace=ns)
+    cluster.apply(seed(**{"metadata.name": "broken", "spec.image.base": base_0518.split("@")[0],
+                          "spec.speculative.algorithm": "DFLASH", "spec.speculative.draftModelPath": "/models/draft",
+                          "spec.engine.dp": 1, "spec.engine.enableDpAttention": False}), namespace=ns)
 
     def failed() -> dict[str, Any] | None:
         return cond_is(cluster, ns, "ImageReady", "False", "BuildFailed", name="broken")
@@ -216,12 +197,25 @@ def test_a_build_whose_probe_finds_no_builder_fails_for_real(cluster: Cluster, n
     obj = wait_for(failed, BUILD_TIMEOUT, "broken: ImageReady=False/BuildFailed")
     message = condition(obj, "ImageReady")["message"]
     print(f"\nfigure: the failed build's condition message ends: ...{message[-300:]}")
-    assert "has no PD-decode draft-input builder for: DSPARK" in message, message
-    assert "without the decode-path fix" in message, message
+    assert "SGLang 0.5.18 (without the decode-path fix) has no PD-decode draft-input builder for: DFLASH" in message, \
+        message
     assert obj["status"]["phase"] == "Failed"
     assert cluster.list("deployments", ns, "specserving.io/instance=broken") == [], "no pool after a failed build"
     wait_for(lambda: metric(op, "specserving_builds_total", 'result="failed"') == 1, 60,
              "specserving_builds_total{result=failed} = 1")
+
+
+def test_a_base_with_its_own_builder_runs_as_is(cluster: Cluster, namespace: str, base_0517: str,
+                                                operator_for: Any) -> None:
+    ns = namespace
+    op = operator_for()
+    base = base_0517.split("@")[0]
+    cluster.apply(seed(**{"metadata.name": "upstream", "spec.image.base": base}), namespace=ns)
+    obj = wait_for(lambda: ready(cluster, ns, "upstream"), READY_TIMEOUT, "upstream: Ready on the base")
+    assert condition(obj, "ImageReady")["reason"] == "NotNeeded"
+    assert obj["status"]["image"]["resolved"] == base and pool_images(cluster, ns, "upstream") == {base}
+    assert cluster.list("jobs", ns, "specserving.io/build") == []
+    assert metric(op, "specserving_builds_total", 'result="started"') == 0
 
 
 # -- what rootless BuildKit needs from the pod ---------------------------------------------------------------------

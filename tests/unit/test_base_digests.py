@@ -16,7 +16,7 @@ import pytest
 from specserving.api.loading import spec_of
 from specserving.capabilities import load
 from specserving.imagebuild.planning import plan, repository
-from specserving.imagebuild.registry import RegistryError, Resolver, credentials_from_dockerconfig, parse
+from specserving.registry import RegistryError, Resolver, credentials_from_dockerconfig, parse
 
 from .builders import seed
 

@@ -258,6 +258,13 @@ def test_an_unloadable_context_is_one_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("flags", "message"), [
     ({"build_registry": "Registry With Spaces"}, "--build-registry must be a repository"),
     ({"build_push_secret": "Not_A_Name"}, "--build-push-secret must be a Secret name"),
+    ({"build_insecure_registries": ["http://r:5000"]}, "--build-insecure-registry takes a registry host"),
+    ({"build_node_selector": ["pool"]}, "--build-node-selector takes KEY=VALUE"),
+    ({"build_tolerations": ["dedicated=build"]}, "--build-toleration takes KEY\\[=VALUE\\]:EFFECT"),
+    ({"build_tolerations": ["dedicated:NoWay"]}, "--build-toleration takes"),
+    ({"build_resources": "{cpu: 2}"}, "--build-resources must be JSON"),
+    ({"build_resources": '{"cpu": "2"}'}, "only requests and limits"),
+    ({"base_digests": "Sometimes"}, "--base-digests must be one of Required, BestEffort, Off"),
 ])
 def test_bad_build_flags_are_refused(flags: dict[str, str], message: str) -> None:
     with pytest.raises(StartupError, match=message):
@@ -270,6 +277,23 @@ def test_build_flags_become_the_defaults() -> None:
     assert (cfg.registry, cfg.push_secret) == (REGISTRY, "push")
     assert cfg.settings.buildkit_image.endswith("0" * 64)
     assert cfg.fix_version == ctx.load(CONTEXT).fix_version
+
+
+def test_build_pod_flags_become_the_jobs_settings() -> None:
+    cfg = build_config(Options(namespaces=["x"], build_context=str(CONTEXT),
+                               build_insecure_registries=["10.88.0.1:5000"], build_node_selector=["pool=cpu"],
+                               build_tolerations=["dedicated=build:NoSchedule", "gpu:NoExecute"],
+                               build_resources='{"requests": {"cpu": 1, "memory": "2Gi"}}', base_digests="Required",
+                               read_pull_secrets=True))
+    s = cfg.settings
+    assert s.insecure_registries == ("10.88.0.1:5000",) and dict(s.node_selector) == {"pool": "cpu"}
+    assert [dict(t) for t in s.tolerations] == [
+        {"key": "dedicated", "operator": "Equal", "value": "build", "effect": "NoSchedule"},
+        {"key": "gpu", "operator": "Exists", "effect": "NoExecute"}]
+    assert dict(s.resources) == {"requests": {"cpu": "1", "memory": "2Gi"}}
+    assert cfg.base_digests == "Required" and cfg.read_pull_secrets
+    assert cfg.resolver is not None and cfg.resolver.insecure == {"10.88.0.1:5000"}
+    assert build_config(Options(namespaces=["x"], build_context=str(CONTEXT), base_digests="Off")).resolver is None
 
 
 def test_the_run_flags_reach_the_options() -> None:
@@ -309,3 +333,33 @@ def test_admission_planning_and_deploy_check_agree_on_every_version_and_algorith
                 assert missing_builder(spec, built, TABLE) is None, where
             elif not refused:
                 assert missing_builder(spec, base, TABLE) is None, where
+
+
+def test_build_metrics_count_each_job_end_once() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from prometheus_client import CollectorRegistry
+
+    from specserving.metrics import Metrics
+    from specserving.reconcile.building import Builds
+
+    registry = CollectorRegistry()
+    builds = Builds(kube=None, config=BuildConfig(), metrics=Metrics(registry), watched=None)  # type: ignore[arg-type]
+
+    def job(uid: str, kind: str, start: datetime, seconds: int) -> dict[str, Any]:
+        stamp = (start + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        status: dict[str, Any] = {"startTime": start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                                  "conditions": [{"type": kind, "status": "True", "lastTransitionTime": stamp}]}
+        if kind == "Complete":
+            status["completionTime"] = stamp
+        return {"metadata": {"name": uid, "uid": uid, "labels": {"specserving.io/build": "k"}}, "status": status}
+
+    now = datetime.now(UTC)
+    for body in (job("a", "Complete", now, 90), job("a", "Complete", now, 90), job("b", "Failed", now, 30),
+                 job("old", "Complete", now - timedelta(days=1), 60)):
+        builds.job_seen(body)
+    value = registry.get_sample_value
+    assert value("specserving_builds_total", {"result": "succeeded"}) == 1, "a Job's end counts once"
+    assert value("specserving_builds_total", {"result": "failed"}) == 1
+    assert value("specserving_build_duration_seconds_sum", {"result": "succeeded"}) == 90
+    assert value("specserving_build_duration_seconds_count", {"result": "failed"}) == 1

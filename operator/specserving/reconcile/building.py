@@ -14,7 +14,7 @@ from typing import Any
 from specserving.api.types import SpecServingSpec
 from specserving.imagebuild.job import build_objects, owned_by
 from specserving.imagebuild.planning import BUILD, DIGEST, ImagePlan
-from specserving.imagebuild.registry import RegistryError, credentials_from_dockerconfig
+from specserving.registry import RegistryError, credentials_from_dockerconfig
 from specserving.kube import ApiError, Kube
 from specserving.metrics import Metrics
 from specserving.reconcile import conditions as C
@@ -31,7 +31,7 @@ log = logging.getLogger("specserving.reconcile")
 # A Job this process created is not yet in the watch's index: for this long, do not create it again.
 BUILD_SETTLE_SECONDS = 30.0
 # A base's digest (or the registry's refusal) is reused for this long, across SpecServings and passes.
-BASE_CACHE_SECONDS = 30.0
+BASE_CACHE_SECONDS = 10.0
 BASE_RETRY_SECONDS = 60.0
 
 

@@ -17,7 +17,7 @@ from specserving.capabilities import load as load_capabilities
 from specserving.imagebuild.context import BuildContext
 from specserving.imagebuild.job import BUILD_LABEL, BuildSettings, digest_from_message
 from specserving.imagebuild.planning import BUILD, CANNOT_SERVE, IMAGE_NAME, NOT_NEEDED, ImagePlan
-from specserving.imagebuild.registry import Resolver
+from specserving.registry import Resolver
 from specserving.reconcile import reasons as R
 from specserving.reconcile.conditions import FALSE, TRUE
 from specserving.rendering.image import ResolvedImage

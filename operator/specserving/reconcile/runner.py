@@ -74,7 +74,7 @@ def build_config(opts: Options) -> BuildConfig:
     from specserving.api.types import BuildSpec, LocalObjectReference
     from specserving.imagebuild import context
     from specserving.imagebuild.job import DEFAULT_BUILDKIT_IMAGE, DEFAULT_RESOURCES, BuildSettings
-    from specserving.imagebuild.registry import Resolver
+    from specserving.registry import Resolver
     from specserving.reconcile.image import BASE_DIGEST_MODES, OFF
 
     try:

@@ -18,6 +18,8 @@ import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from specserving.imagebuild.planning import DIGEST
+
 DOCKER_HUB = "docker.io"
 # Docker Hub's API host; its references say docker.io (or nothing).
 DOCKER_HUB_API = "registry-1.docker.io"
@@ -27,7 +29,6 @@ MANIFEST_TYPES = ", ".join([
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.docker.distribution.manifest.v2+json",
 ])
-DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 TIMEOUT_SECONDS = 10.0
 
 
