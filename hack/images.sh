@@ -179,9 +179,11 @@ gobuild() {
     # cache's copy (go install refuses modules with replace directives, as buildkit's go.mod has).
     local modver=$1 pkg=$2 out=$3 dir
     shift 3
-    dir=$(GOFLAGS=-mod=mod GOTOOLCHAIN=local go mod download -json "$modver" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+    # The Go caches of hack/cluster.sh, under the cache folder.
+    export GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" GOTOOLCHAIN=local
+    dir=$(GOFLAGS=-mod=mod go mod download -json "$modver" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
     [[ -d $dir ]] || die "go mod download $modver gave no folder (is the Go module proxy reachable?)"
-    (cd "$dir" && GOTOOLCHAIN=local GOFLAGS="-mod=mod -trimpath" GOCACHE="$CACHE/go/build" go build "$@" -o "$out" "$pkg")
+    (cd "$dir" && GOFLAGS="-mod=mod -trimpath" go build "$@" -o "$out" "$pkg")
 }
 
 buildkit_binaries() {
