@@ -213,9 +213,9 @@ def _add_run(sub: Any) -> None:
                    help='the build container\'s resources (default {"requests":{"cpu":"2","memory":"4Gi"},'
                         '"limits":{"memory":"16Gi"}})')
     b.add_argument("--base-digests", choices=["Required", "BestEffort", "Off"], default="BestEffort",
-                   help="key builds by the digest the base tag points to, read from its registry with the "
-                        "SpecServing's pull secrets: Required blocks a build until it resolves, BestEffort falls "
-                        "back to the tag with a Warning event, Off keys by the tag (default %(default)s)")
+                   help="key builds by the digest the base tag points to, read from its registry: Required "
+                        "blocks a build until it resolves, BestEffort falls back to the tag with a Warning event, "
+                        "Off keys by the tag (default %(default)s)")
     b.add_argument("--read-pull-secrets", action="store_true",
                    help="read the Secrets a SpecServing names in spec.image.pullSecrets to resolve a private base's "
                         "digest (needs get on Secrets; default: anonymous lookups only)")
