@@ -46,8 +46,8 @@ class Builds:
         self.current: dict[Key, ImagePlan] = {}
         # (namespace, base, pull secrets) -> (monotonic time, digest or the registry's refusal).
         self.bases: dict[tuple[str, str, tuple[str, ...]], tuple[float, str | RegistryError]] = {}
-        # Build Jobs whose end was counted: uid -> outcome.
-        self.finished: dict[str, str] = {}
+        # The uids of build Jobs whose end was counted.
+        self.finished: set[str] = set()
         self.began = time.time()
 
     def job_deleted(self, namespace: str, name: str) -> None:
@@ -68,7 +68,7 @@ class Builds:
             return
         status = body.get("status") or {}
         outcome = "failed" if job.failed else "succeeded"
-        self.finished[job.uid] = outcome
+        self.finished.add(job.uid)
         start, end = _seconds(status.get("startTime")), _seconds(
             status.get("completionTime") or _condition_time(status, "Failed" if job.failed else "Complete"))
         if end is not None and end < self.began - 60:
