@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -24,6 +24,20 @@ _TAG_VERSION = re.compile(r"(?:^|[^0-9])v?(\d+\.\d+\.\d+(?:\.post\d+)?)(?:$|[^0-
 
 
 @dataclass(frozen=True)
+class ServingFacts:
+    """What one release's source says about serving it in PD mode (data/capabilities.json `serving`)."""
+
+    # Flags SGLang's PD handshake refuses to see differ between the prefill and the decode server.
+    pd_symmetric_flags: tuple[str, ...] = ()
+    # GET /ready exists: readiness without running a generation.
+    ready_endpoint: bool = False
+    # SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0 makes /health answer without a generation.
+    health_without_generation: bool = False
+    # SGLANG_DISAGGREGATION_ENGINE_INIT_TIMEOUT bounds how long an engine waits for its PD peer at start-up.
+    engine_init_timeout_env: bool = False
+
+
+@dataclass(frozen=True)
 class VersionCapabilities:
     """The PD-decode builders of one SGLang version."""
 
@@ -31,6 +45,9 @@ class VersionCapabilities:
     algorithms: frozenset[str]
     upstream: frozenset[str]
     with_fix: frozenset[str]
+    serving: ServingFacts = field(default_factory=lambda: ServingFacts())
+    # The router the official lmsysorg/sglang image of this version carries; None when nobody has checked.
+    image_router: str | None = None
 
     def builders(self, with_fix: bool) -> frozenset[str]:
         """The algorithms with a real PD-decode draft input, with or without the project's fix."""
@@ -87,6 +104,14 @@ class CapabilityTable:
             kind = NO_BUILDER
         return Verdict(kind, version, algorithm, caps.builders(with_fix), algorithm in caps.algorithms, with_fix)
 
+    def symmetric_flags(self, version: str | None) -> tuple[str, ...]:
+        """Flags that must be equal on prefill and decode: the version's own list, or every known version's
+        when the version is unknown (a mismatch the handshake refuses in one release is wrong in all)."""
+        caps = self.lookup(version)
+        if caps is not None:
+            return caps.serving.pd_symmetric_flags
+        return tuple(sorted({f for c in self.versions.values() for f in c.serving.pd_symmetric_flags}))
+
     def latest_with(self, algorithm: str, with_fix: bool) -> str | None:
         """The newest version whose builders include `algorithm`."""
         found = [v for v, caps in self.versions.items() if algorithm in caps.builders(with_fix)]
@@ -115,6 +140,13 @@ def version_from_image(image: str) -> str | None:
     return m.group(1) if m else None
 
 
+def _serving(doc: dict[str, Any]) -> ServingFacts:
+    return ServingFacts(pd_symmetric_flags=tuple(doc.get("pdSymmetricFlags", ())),
+                        ready_endpoint=bool(doc.get("readyEndpoint")),
+                        health_without_generation=bool(doc.get("healthWithoutGeneration")),
+                        engine_init_timeout_env=bool(doc.get("engineInitTimeoutEnv")))
+
+
 def parse_table(doc: dict[str, Any]) -> CapabilityTable:
     versions = {}
     for row in doc["versions"]:
@@ -123,6 +155,8 @@ def parse_table(doc: dict[str, Any]) -> CapabilityTable:
             algorithms=frozenset(row["algorithms"]),
             upstream=frozenset(row["pdBuilders"]["upstream"]),
             with_fix=frozenset(row["pdBuilders"]["withFix"]),
+            serving=_serving(row.get("serving") or {}),
+            image_router=row.get("imageRouter"),
         )
     return CapabilityTable(generated_by=doc.get("generatedBy", "unknown"), fix_version=doc.get("fixVersion"),
                            versions=versions)
