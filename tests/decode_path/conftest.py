@@ -10,6 +10,7 @@ are missing the tests fail and say so; they are never skipped.
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import importlib.util
 import json
 import os
@@ -62,14 +63,14 @@ def pdfix_site(envs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -
 
 
 PROBE_ARGS = ("-m", "specserving_pdfix.probe", "--compare")
-ROUTER_VERSION = "0.3.2"
+ROUTER_PINS = ROOT / "hack/stand-in-router/requirements.txt"
 RUN_TIMEOUT = 600  # seconds for one run; an import of torch and SGLang takes 5-20
 
 
 @dataclass(frozen=True)
 class Run:
     """`python ARGS` in one SGLang release's interpreter with the fix importable; with `router`, in the first
-    interpreter with sglang-router on the path instead (the router's parser needs no SGLang release)."""
+    interpreter with sglang-router and smg on the path instead (the routers' parsers need no SGLang release)."""
 
     version: str
     args: tuple[str, ...]
@@ -164,8 +165,15 @@ class Runner:
         self._pool.shutdown(wait=True)
 
 
+def router_pins() -> dict[str, str]:
+    """PyPI name -> version of the router wheels hack/decode-path-env.sh installs (and the stand-in image has)."""
+    lines = [ln.strip() for ln in ROUTER_PINS.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    return dict(ln.split("==", 1) for ln in lines)
+
+
 def router_dir() -> Path:
-    return gen.cache_dir() / f"router-{ROUTER_VERSION}"
+    digest = hashlib.sha256(ROUTER_PINS.read_bytes()).hexdigest()[:12]
+    return gen.cache_dir() / f"routers-{digest}"
 
 
 @pytest.fixture(scope="session")

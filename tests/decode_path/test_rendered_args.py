@@ -1,8 +1,10 @@
 """Every flag the renderer writes is accepted by the real parsers: each example's prefill and decode containers
-by the `ServerArgs` parser of the SGLang release its image carries, the router's by sglang-router's."""
+by the `ServerArgs` parser of the SGLang release its image carries; the router's, for every SGLang version and
+both router implementations, by the parser of the implementation the rendered command runs (sglang-router, smg)."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -10,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import ROOT, ROUTER_VERSION, VERSIONS, Run, Runner, router_dir, router_run, runs_for, script_run
+from .conftest import ROOT, VERSIONS, Run, Runner, router_dir, router_pins, router_run, runs_for, script_run
 
 pytestmark = pytest.mark.decode_path
 
@@ -56,14 +58,13 @@ print(json.dumps(results))
 """
 
 PARSE_ROUTER = r"""
-import contextlib, io, json
-from sglang_router.launch_router import parse_router_args
+import contextlib, importlib, io, json
 results = []
-for args in ARGS:
+for module, args in CASES:
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            parse_router_args(args)
+            importlib.import_module(module).parse_router_args(args)
         results.append(None)
     except SystemExit:
         results.append(err.getvalue().strip())
@@ -88,9 +89,36 @@ def _server_runs(example: Path) -> list[tuple[str, list[str], Run]]:
     ]
 
 
-def _router_run(example: Path) -> Run:
-    routers = [c for role, _, c in _containers(example) if role == "router"]
-    return router_run(PARSE_ROUTER.replace("ARGS", json.dumps([c["args"] for c in routers])))
+def _router_cases() -> list[tuple[str, str, list[str]]]:
+    """(label, module, args): each example's router as rendered, and the seed example's router for every SGLang
+    version of the tier under each implementation (the module is the one the rendered command runs)."""
+    from specserving.api.loading import spec_of
+    from specserving.rendering import render
+    from specserving.rendering.router import LAUNCHERS
+
+    objs = []
+    for example in EXAMPLES:
+        objs += [(example.stem, obj) for obj in yaml.safe_load_all(example.read_text()) if obj]
+    seed = next(obj for stem, obj in objs if stem == "dspark-pd-tp8dp8")
+    for version in VERSIONS:
+        for implementation in LAUNCHERS:
+            obj = copy.deepcopy(seed)
+            obj["spec"]["image"]["base"] = f"lmsysorg/sglang:v{version}-cu129"
+            obj["spec"]["router"] = {**obj["spec"].get("router", {}), "implementation": implementation}
+            objs.append((f"seed on {version} with {implementation}", obj))
+    cases = []
+    for label, obj in objs:
+        for manifest in render(spec_of(obj), obj["metadata"]):
+            if manifest["kind"] == "Deployment" and manifest["metadata"]["labels"].get("specserving.io/role") == "router":
+                container = manifest["spec"]["template"]["spec"]["containers"][0]
+                command = container["command"]
+                assert command[:2] == ["python3", "-m"], command
+                cases.append((label, command[2], container["args"]))
+    return cases
+
+
+def _router_run() -> Run:
+    return router_run(PARSE_ROUTER.replace("CASES", json.dumps([[m, a] for _, m, a in _router_cases()])))
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
@@ -108,11 +136,12 @@ def test_server_flags_accepted(runner: Runner, example: Path) -> None:
         assert not rejected, f"{example.name}: sglang {version} rejects the rendered args: {rejected}"
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
-@runs_for(lambda example: [_router_run(example)])
-def test_router_flags_accepted(runner: Runner, example: Path) -> None:
-    assert any(role == "router" for role, _, _ in _containers(example)), f"{example.name} renders no router"
+@runs_for(lambda: [_router_run()])
+def test_router_flags_accepted(runner: Runner) -> None:
     if not (router_dir() / ".complete").exists():
         pytest.fail(f"{router_dir()} is missing: rerun bash hack/decode-path-env.sh", pytrace=False)
-    errors = runner.json(_router_run(example))
-    assert not any(errors), f"{example.name}: sglang-router {ROUTER_VERSION} rejects the rendered args: {errors}"
+    cases = _router_cases()
+    assert {label for label, _, _ in cases} >= {p.stem for p in EXAMPLES}, "an example renders no router"
+    assert {module for _, module, _ in cases} == {"sglang_router.launch_router", "smg.launch_router"}
+    rejected = {f"{label} ({module})": err for (label, module, _), err in zip(cases, runner.json(_router_run())) if err}
+    assert not rejected, f"the router parsers ({router_pins()}) reject the rendered args: {rejected}"

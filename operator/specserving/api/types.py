@@ -20,6 +20,7 @@ BUILD_POLICIES = ("IfNeeded", "Never")
 SPECULATION_MODES = ("Enabled", "Disabled")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 ROUTER_POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
+ROUTER_IMPLEMENTATIONS = ("sglang-router", "smg")
 SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
 
 _NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -372,8 +373,18 @@ class RouterSpec:
     """The SGLang router in PD mode, which finds the pools' pods through Kubernetes service discovery."""
 
     replicas: int = field("replicas of the router. Default 1.", default=1, minimum=0, maximum=100)
-    image: str | None = field("image of the router. Default: the serving image, which ships sglang_router.",
-                              max_length=512, pattern=r"^[^\s]+$")
+    implementation: str | None = field(
+        "implementation is the router program: sglang-router (python3 -m sglang_router.launch_router, frozen at "
+        "0.3.2) or smg (python3 -m smg.launch_router, its successor); the flags are rendered for the one chosen. "
+        "Default: the router the SGLang version's image carries (docs/router.md lists them), else sglang-router "
+        "with a warning. Set it together with image when the serving image has no router.",
+        enum=ROUTER_IMPLEMENTATIONS)
+    image: str | None = field("image of the router. Default: the serving image. It must carry the chosen "
+                              "implementation's Python module.", max_length=512, pattern=r"^[^\s]+$")
+    dp_aware: bool | None = field(
+        "dpAware registers every DP rank of a pod as a worker of its own (--dp-aware), so the router spreads "
+        "requests over the ranks instead of leaving that to each engine. Default: true when engine."
+        "enableDpAttention is true and engine.dp > 1.")
     policy: str = field("policy is the router's load-balancing policy (--policy). Default cache_aware.",
                         default="cache_aware", enum=ROUTER_POLICIES)
     prefill_policy: str | None = field("prefillPolicy overrides policy for prefill (--prefill-policy).",
@@ -385,8 +396,17 @@ class RouterSpec:
     service_type: str = field("serviceType of the router Service. Default ClusterIP.", default="ClusterIP",
                               enum=SERVICE_TYPES)
     resources: RawObject | None = field("resources of the router container. Default: 1 CPU, 1Gi requested.")
+    node_selector: StringMap | None = field("nodeSelector restricts the router's pods to matching nodes (it needs "
+                                            "no GPU).")
+    tolerations: list[RawObject] | None = field("tolerations let the router's pods run on tainted nodes.",
+                                                max_items=32)
     extra_args: list[str] | None = field("extraArgs are appended to the router's command line.", max_items=64,
                                          item_max_length=1024)
+    serving_check: str = field(
+        "servingCheck is Enabled (default) or Disabled. Enabled: after each rollout the operator sends one short "
+        "generate request through the router's Service, which involves a prefill and a decode pod, and reports "
+        "the answer in the ServingVerified condition (never in Ready). Disabled removes the condition.",
+        default="Enabled", enum=SPECULATION_MODES)
 
 
 @dataclass

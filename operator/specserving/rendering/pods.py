@@ -9,6 +9,7 @@ import copy
 from typing import Any
 
 from specserving.api.types import SpecServingSpec
+from specserving.capabilities import ServingFacts, load
 from specserving.rendering import labels as L
 from specserving.rendering.args import LAUNCHER, server_args, speculates
 from specserving.rendering.image import ResolvedImage
@@ -19,6 +20,8 @@ MODEL_VOLUME = "model"
 PROBE_PERIOD_SECONDS = 10
 # How long a stopping pod keeps serving so the router drops it before SGLang gets SIGTERM.
 DEREGISTER_SECONDS = 15
+ENGINE_INIT_TIMEOUT_ENV = "SGLANG_DISAGGREGATION_ENGINE_INIT_TIMEOUT"
+ENGINE_INIT_TIMEOUT_DEFAULT = 60  # SGLang 0.5.20's default (environ.py)
 
 
 def gpus_per_pod(spec: SpecServingSpec, role: str) -> int:
@@ -34,7 +37,15 @@ def rdma_per_pod(spec: SpecServingSpec, role: str) -> int:
     return spec.transfer.rdma.count or gpus_per_pod(spec, role)
 
 
-def _env(spec: SpecServingSpec, role: str) -> list[dict[str, Any]]:
+def engine_init_timeout(spec: SpecServingSpec, role: str) -> int:
+    """Seconds SGLang gives the KV-transfer engine (NIXL; Mooncake does not read it) to initialise: SGLang's own
+    60, or less so it stays below the startup probe's budget and SGLang names the stuck engine itself before
+    the kubelet restarts the pod without a word."""
+    budget = spec.pool(role).startup_timeout_seconds
+    return min(ENGINE_INIT_TIMEOUT_DEFAULT, budget - 2 * PROBE_PERIOD_SECONDS)
+
+
+def _env(spec: SpecServingSpec, role: str, image: ResolvedImage) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
@@ -47,6 +58,8 @@ def _env(spec: SpecServingSpec, role: str) -> list[dict[str, Any]]:
     else:
         # The first Multus attachment is net1; Mooncake takes the address of that interface.
         env.append({"name": "SGLANG_LOCAL_IP_NIC", "value": "net1"})
+    if _facts(image).engine_init_timeout_env and spec.transfer.backend == "nixl":
+        env.append({"name": ENGINE_INIT_TIMEOUT_ENV, "value": str(engine_init_timeout(spec, role))})
     if speculates(spec, role) and spec.engine.enable_dp_attention:
         if spec.speculative.algorithm == "DSPARK":
             env.append({"name": "SGLANG_RAGGED_VERIFY_MODE", "value": "static"})
@@ -91,9 +104,20 @@ def _drain_command(port: int, grace: int, metrics: bool) -> list[str]:
     return ["python3", "-c", script]
 
 
-def _probes(spec: SpecServingSpec, role: str) -> dict[str, Any]:
+def _facts(image: ResolvedImage) -> ServingFacts:
+    caps = load().lookup(image.sglang_version)
+    return caps.serving if caps is not None else ServingFacts()
+
+
+def probe_path(image: ResolvedImage) -> str:
+    """/ready where the version has it; /health otherwise, which every version has (and which _env keeps from
+    running a generation)."""
+    return "/ready" if _facts(image).ready_endpoint else "/health"
+
+
+def _probes(spec: SpecServingSpec, role: str, image: ResolvedImage) -> dict[str, Any]:
     pool = spec.pool(role)
-    http = {"path": "/health", "port": "http"}
+    http = {"path": probe_path(image), "port": "http"}
     return {
         "startupProbe": {"httpGet": http, "periodSeconds": PROBE_PERIOD_SECONDS, "timeoutSeconds": 5,
                          "failureThreshold": -(-pool.startup_timeout_seconds // PROBE_PERIOD_SECONDS)},
@@ -155,7 +179,7 @@ def pod_template(name: str, spec: SpecServingSpec, role: str, image: ResolvedIma
         "imagePullPolicy": spec.image.pull_policy,
         "command": list(LAUNCHER),
         "args": server_args(spec, role, multinode=multinode),
-        "env": _env(spec, role),
+        "env": _env(spec, role, image),
         "ports": _ports(spec, role),
         "resources": _resources(spec, role),
         "volumeMounts": mounts,
@@ -164,7 +188,7 @@ def pod_template(name: str, spec: SpecServingSpec, role: str, image: ResolvedIma
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if leader:
-        container.update(_probes(spec, role))
+        container.update(_probes(spec, role, image))
         container["lifecycle"] = {"preStop": {"exec": {"command": _drain_command(
             spec.engine.port, pool.termination_grace_period_seconds, spec.engine.metrics.enabled)}}}
     pod_labels = L.labels(name, role)

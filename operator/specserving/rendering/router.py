@@ -1,5 +1,6 @@
-"""The SGLang router in PD mode: it discovers prefill and decode pods by label in its own namespace, reads each
-prefill pod's bootstrap port from the sglang.ai/bootstrap-port annotation, and needs only read access to pods."""
+"""The router in PD mode: sglang-router or its successor smg. Both discover prefill and decode pods by label in
+their own namespace, read each prefill pod's bootstrap port from the sglang.ai/bootstrap-port annotation, and
+need only read access to pods. docs/router.md says which SGLang image carries which router."""
 
 from __future__ import annotations
 
@@ -7,12 +8,41 @@ from typing import Any
 
 from specserving.api.naming import child_name
 from specserving.api.types import SpecServingSpec
+from specserving.capabilities import load
 from specserving.rendering import labels as L
-from specserving.rendering.image import ResolvedImage
+from specserving.rendering.image import ResolvedImage, sglang_version
 
-LAUNCHER = ["python3", "-m", "sglang_router.launch_router"]
+SGLANG_ROUTER = "sglang-router"
+SMG = "smg"
+# The module each implementation runs as; both wheels ship a Rust core behind a Python launcher.
+LAUNCHERS = {SGLANG_ROUTER: ["python3", "-m", "sglang_router.launch_router"],
+             SMG: ["python3", "-m", "smg.launch_router"]}
+# What the operator rendered before the choice existed, and what images up to SGLang 0.5.x carry when nobody has
+# recorded otherwise (docs/router.md).
+DEFAULT_IMPLEMENTATION = SGLANG_ROUTER
 METRICS_PORT = 29000
 DEFAULT_RESOURCES = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "4Gi"}}
+
+
+def implementation(spec: SpecServingSpec) -> str:
+    """spec.router.implementation, else the router the image's SGLang version carries, else the default."""
+    if spec.router.implementation:
+        return spec.router.implementation
+    caps = load().lookup(sglang_version(spec))
+    return caps.image_router if caps is not None and caps.image_router else DEFAULT_IMPLEMENTATION
+
+
+def implementation_known(spec: SpecServingSpec) -> bool:
+    """Whether the router choice rests on the spec or on a recorded fact, not on the default."""
+    caps = load().lookup(sglang_version(spec))
+    return bool(spec.router.implementation or (caps is not None and caps.image_router))
+
+
+def dp_aware(spec: SpecServingSpec) -> bool:
+    """Register each DP rank as a worker: by default exactly when attention is data-parallel over dp > 1 ranks."""
+    if spec.router.dp_aware is not None:
+        return spec.router.dp_aware
+    return spec.engine.enable_dp_attention and spec.engine.dp > 1
 
 
 def _selector_args(name: str, spec: SpecServingSpec, role: str) -> list[str]:
@@ -24,6 +54,8 @@ def _selector_args(name: str, spec: SpecServingSpec, role: str) -> list[str]:
 
 
 def router_args(name: str, spec: SpecServingSpec) -> list[str]:
+    """The command-line flags, spelled as both implementations' parsers accept them (the decode_path tier runs
+    both parsers on them for every SGLang version)."""
     r = spec.router
     args = ["--pd-disaggregation", "--service-discovery",
             "--prefill-selector", *_selector_args(name, spec, L.PREFILL),
@@ -35,6 +67,8 @@ def router_args(name: str, spec: SpecServingSpec) -> list[str]:
         args += ["--prefill-policy", r.prefill_policy]
     if r.decode_policy:
         args += ["--decode-policy", r.decode_policy]
+    if dp_aware(spec):
+        args.append("--dp-aware")
     args += ["--host", "0.0.0.0", "--port", str(r.port), "--prometheus-port", str(METRICS_PORT)]
     return args + list(r.extra_args or [])
 
@@ -48,7 +82,7 @@ def render_router(name: str, spec: SpecServingSpec, image: ResolvedImage) -> lis
         "name": "router",
         "image": spec.router.image or image.ref,
         "imagePullPolicy": spec.image.pull_policy,
-        "command": list(LAUNCHER),
+        "command": list(LAUNCHERS[implementation(spec)]),
         "args": router_args(name, spec),
         "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
         "ports": [{"name": "http", "containerPort": spec.router.port, "protocol": "TCP"},
@@ -60,6 +94,10 @@ def render_router(name: str, spec: SpecServingSpec, image: ResolvedImage) -> lis
                             "capabilities": {"drop": ["ALL"]}},
     }
     pod_spec: dict[str, Any] = {"serviceAccountName": rname, "containers": [container], "enableServiceLinks": False}
+    if spec.router.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.router.node_selector)
+    if spec.router.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in spec.router.tolerations]
     if spec.image.pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": s.name} for s in spec.image.pull_secrets]
     return [
