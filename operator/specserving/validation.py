@@ -18,6 +18,7 @@ from specserving.api.parsing import from_dict
 from specserving.api.types import SpecServingSpec
 from specserving.capabilities import NEEDS_FIX, UNKNOWN_VERSION, CapabilityTable, load, version_key
 from specserving.problems import Problem, Report
+from specserving.rendering import router
 from specserving.rendering.args import OWNED_FLAGS, flag_name
 from specserving.rendering.image import sglang_version
 
@@ -139,6 +140,70 @@ def check_extra_args(spec: SpecServingSpec) -> Report:
     return report
 
 
+CONTEXT_LENGTH_FLAG = "--context-length"
+
+
+def _settings(paths_args: list[tuple[str, list[str] | None]], flag: str) -> tuple[str, str] | None:
+    """(field path, value) of the last token that sets `flag` across the lists, in order; a flag without a value
+    is "true". None when no list sets it (SGLang's default applies)."""
+    found = None
+    for path, args in paths_args:
+        tokens = list(args or [])
+        for i, token in enumerate(tokens):
+            if flag_name(token) != flag:
+                continue
+            if "=" in token:
+                value = token.split("=", 1)[1]
+            elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+                value = tokens[i + 1]
+            else:
+                value = "true"
+            found = (f"{path}[{i}]", value)
+    return found
+
+
+def _describe(setting: tuple[str, str] | None) -> str:
+    return f"{setting[0]} sets {setting[1]!r}" if setting else "it is unset (SGLang's default)"
+
+
+def check_pd_symmetric(spec: SpecServingSpec, table: CapabilityTable) -> Report:
+    """Flags SGLang's PD handshake requires to be equal on both roles must not differ between the pools'
+    extraArgs: the decode pod would fail its first transfer (or hang waiting for it) instead of at apply."""
+    report = Report()
+    version = sglang_version(spec)
+    where = f"SGLang {version}" if table.lookup(version) else "SGLang"
+    engine = ("spec.engine.extraArgs", spec.engine.extra_args)
+    for flag in (*table.symmetric_flags(version), CONTEXT_LENGTH_FLAG):
+        prefill = _settings([engine, ("spec.prefill.extraArgs", spec.prefill.extra_args)], flag)
+        decode = _settings([engine, ("spec.decode.extraArgs", spec.decode.extra_args)], flag)
+        if (prefill and prefill[1]) == (decode and decode[1]):
+            continue
+        blamed = decode if decode and not decode[0].startswith("spec.engine") else prefill
+        assert blamed is not None  # they differ, so at least one pool sets the flag
+        if flag == CONTEXT_LENGTH_FLAG:
+            report.warnings.append(Problem(blamed[0], (
+                f"{flag} differs between the pools (prefill: {_describe(prefill)}; decode: {_describe(decode)}): "
+                "a prompt the prefill accepts may be too long for the decode; set it once in spec.engine.extraArgs")))
+            continue
+        report.errors.append(Problem(blamed[0], (
+            f"Invalid value: {flag} must be equal on prefill and decode ({where}'s PD handshake refuses a "
+            f"mismatch), but for prefill {_describe(prefill)} and for decode {_describe(decode)}; set it once in "
+            "spec.engine.extraArgs, or to the same value in both pools")))
+    return report
+
+
+def check_router(spec: SpecServingSpec) -> Report:
+    report = Report()
+    if not router.implementation_known(spec):
+        version = sglang_version(spec) or "of this image"
+        report.warnings.append(Problem("spec.router.implementation", (
+            f"which router the SGLang {version} image carries is not recorded; rendering "
+            f"{router.DEFAULT_IMPLEMENTATION} ({' '.join(router.LAUNCHERS[router.DEFAULT_IMPLEMENTATION])}). Set "
+            "spec.router.implementation (sglang-router or smg), and spec.router.image if the serving image has "
+            "no router")))
+    return report
+
+
 def check_warnings(spec: SpecServingSpec) -> Report:
     report = Report()
     if spec.prefill.speculative_decoding == "Disabled":
@@ -154,7 +219,7 @@ def semantic_checks(spec: SpecServingSpec, table: CapabilityTable | None = None)
     table = table or load()
     report = Report()
     for check in (check_pd_builder(spec, table), check_sglang_startup_rules(spec, table), check_extra_args(spec),
-                  check_warnings(spec)):
+                  check_pd_symmetric(spec, table), check_router(spec), check_warnings(spec)):
         report.extend(check)
     return report
 

@@ -68,6 +68,18 @@ REFUSED: list[tuple[str, dict[str, Any], str, list[str]]] = [
      ["--tp", "spec.engine.tp"]),
     ("extra-args-may-not-switch-pd-roles", {"spec.prefill.extraArgs": ["--enable-pd-role-switch"]},
      "spec.prefill.extraArgs[0]", ["refuse every speculative algorithm"]),
+    ("page-size-must-match-both-roles", {"spec.decode.extraArgs": ["--page-size", "64"]},
+     "spec.decode.extraArgs[0]", ["--page-size must be equal on prefill and decode", "SGLang 0.5.17",
+                                  "for prefill it is unset", "spec.decode.extraArgs[0] sets '64'"]),
+    ("kv-dtype-mismatch-names-both-paths", {"spec.prefill.extraArgs": ["--kv-cache-dtype=fp8_e4m3"],
+                                            "spec.decode.extraArgs": ["--kv-cache-dtype", "auto"]},
+     "spec.decode.extraArgs[0]", ["spec.prefill.extraArgs[0] sets 'fp8_e4m3'", "spec.decode.extraArgs[0] sets 'auto'"]),
+    ("a-pool-overriding-the-engine-is-blamed", {"spec.engine.extraArgs": ["--page-size", "64"],
+                                                "spec.prefill.extraArgs": ["--page-size", "32"]},
+     "spec.prefill.extraArgs[0]", ["spec.engine.extraArgs[0] sets '64'", "spec.prefill.extraArgs[0] sets '32'"]),
+    ("dsv4-attention-backend-symmetric-from-0.5.23", {"spec.image.base": "lmsysorg/sglang:v0.5.23",
+                                                      "spec.prefill.extraArgs": ["--dsv4-attn-backend", "x"]},
+     "spec.prefill.extraArgs[0]", ["--dsv4-attn-backend", "SGLang 0.5.23"]),
     ("name-too-long", {"metadata.name": "x" * (MAX_NAME_LENGTH + 1)}, "",
      [f"metadata.name must be at most {MAX_NAME_LENGTH} characters"]),
     ("volume-needs-one-source", {"spec.model.volume": {"mountPath": "/data2"}}, "spec.model.volume",
@@ -113,8 +125,12 @@ def test_every_error_is_reported_at_once() -> None:
     {"spec.image.base": "lmsysorg/sglang:v0.5.18", "spec.engine.dp": 1, "spec.engine.enableDpLmHead": False},
     {"spec.image.base": "lmsysorg/sglang:v0.5.14", "spec.speculative.algorithm": "EAGLE"},
     {"spec.decode.extraArgs": ["--watchdog-timeout", "600"]},
+    {"spec.engine.extraArgs": ["--page-size", "64"]},
+    {"spec.prefill.extraArgs": ["--page-size", "64"], "spec.decode.extraArgs": ["--page-size=64"]},
+    {"spec.prefill.extraArgs": ["--dsv4-attn-backend", "x"]},
 ], ids=["seed", "dspark-0.5.16-fixed", "dflash-0.5.23", "dspark-megamoe-0.5.18", "dspark-mori-0.5.21",
-        "dspark-dp1-needs-no-lm-head-from-0.5.18", "eagle-0.5.14", "harmless-extra-args"])
+        "dspark-dp1-needs-no-lm-head-from-0.5.18", "eagle-0.5.14", "harmless-extra-args",
+        "page-size-once-for-both", "page-size-alike-in-both", "dsv4-backend-per-role-before-0.5.23"])
 def test_accepted(changes: dict[str, Any]) -> None:
     report = validate(seed(**changes))
     assert report.ok, report.summary()
@@ -124,7 +140,10 @@ def test_accepted(changes: dict[str, Any]) -> None:
     ({"spec.image.base": "lmsysorg/sglang:latest"}, "spec.image.sglangVersion", "cannot tell the SGLang version"),
     ({"spec.image.sglangVersion": "0.6.0"}, "spec.image.sglangVersion", "not in the capability table"),
     ({"spec.prefill.speculativeDecoding": "Disabled"}, "spec.prefill.speculativeDecoding", "without speculative"),
-], ids=["untagged-image", "unknown-version", "prefill-without-speculation"])
+    ({"spec.decode.extraArgs": ["--context-length", "8192"]}, "spec.decode.extraArgs[0]", "--context-length differs"),
+    ({"spec.image.sglangVersion": "0.6.0"}, "spec.router.implementation", "is not recorded"),
+], ids=["untagged-image", "unknown-version", "prefill-without-speculation", "context-length-differs",
+        "router-of-an-unknown-version"])
 def test_warnings_do_not_refuse(changes: dict[str, Any], path: str, word: str) -> None:
     report = validate(seed(**changes))
     assert report.ok, report.summary()
@@ -134,3 +153,9 @@ def test_warnings_do_not_refuse(changes: dict[str, Any], path: str, word: str) -
 def test_wrong_kind_is_malformed() -> None:
     report = validate({**seed(), "kind": "Deployment"})
     assert report.malformed and report.errors[0].path == "kind"
+
+
+def test_a_recorded_or_chosen_router_gives_no_warning() -> None:
+    for changes in ({}, {"spec.image.sglangVersion": "0.6.0", "spec.router": {"implementation": "smg"}}):
+        report = validate(seed(**changes))
+        assert not [w for w in report.warnings if w.path == "spec.router.implementation"], report.warnings
