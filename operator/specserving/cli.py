@@ -139,7 +139,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                    build_context=args.build_context, build_insecure_registries=args.build_insecure_registry or [],
                    build_node_selector=args.build_node_selector or [], build_tolerations=args.build_toleration or [],
                    build_resources=args.build_resources, base_digests=args.base_digests,
-                   read_pull_secrets=args.read_pull_secrets)
+                   read_pull_secrets=args.read_pull_secrets, serving_checks=args.serving_checks == "On")
     try:
         return run(opts)
     except StartupError as exc:
@@ -169,6 +169,10 @@ def _add_run(sub: Any) -> None:
     p.add_argument("--resync-seconds", type=float, default=600.0, metavar="S",
                    help="converge every SpecServing every S seconds; costs no request when in sync; 0 turns it "
                         "off (default %(default)s)")
+    p.add_argument("--serving-checks", choices=["On", "Off"], default="On",
+                   help="after each rollout, send one generate request through each router Service and report it "
+                        "in the ServingVerified condition (spec.router.servingCheck switches one SpecServing off; "
+                        "Off: no checks, no condition) (default %(default)s)")
     p.add_argument("--no-load-probe", dest="probe_load", action="store_false",
                    help="on decode scale-down, do not read running requests from the pods' /metrics")
     w = p.add_argument_group("admission webhook")

@@ -39,7 +39,7 @@ class Operator(OperatorProcess):
         self.launch([SPECSERVING, "run", "--namespace", namespace, "--kubeconfig", str(cluster.kubeconfig),
                      "--liveness", f"http://127.0.0.1:{self.health}/healthz", "--metrics-port",
                      str(self.metrics_port), "--metrics-address", "127.0.0.1", "--resync-seconds",
-                     str(RESYNC_SECONDS), "--no-load-probe", *extra], cluster.env, log)
+                     str(RESYNC_SECONDS), "--no-load-probe", "--serving-checks", "Off", *extra], cluster.env, log)
         wait_for(self._healthy, timeout=30, what=f"the operator's liveness endpoint (log: {log})")
 
     def _healthy(self) -> bool:

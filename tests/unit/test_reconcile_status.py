@@ -66,7 +66,8 @@ def test_all_ready() -> None:
     assert s["endpoint"] == "http://sv-router.ns.svc:8000"
     assert s["decode"] == {"replicas": 2, "readyReplicas": 2, "updatedReplicas": 2, "desiredReplicas": 2,
                            "readySummary": "2/2", "selector": "specserving.io/instance=sv,specserving.io/role=decode"}
-    assert [c["type"] for c in s["conditions"]] == list(R.CONDITION_TYPES)
+    # ServingVerified appears only where the serving check is on (test_serving_verified_condition).
+    assert [c["type"] for c in s["conditions"]] == [t for t in R.CONDITION_TYPES if t != R.SERVING_VERIFIED]
     assert {c["type"]: c["status"] for c in s["conditions"]} == {
         "Admitted": "True", "ImageReady": "Unknown", "Progressing": "False", "PrefillReady": "True",
         "DecodeReady": "True", "RouterReady": "True", "Ready": "True", "Degraded": "False"}

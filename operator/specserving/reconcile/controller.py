@@ -31,11 +31,13 @@ from specserving.reconcile.drift import needs_apply, prunable
 from specserving.reconcile.errors import Blocked, Gone, Rejected
 from specserving.reconcile.events import post
 from specserving.reconcile.image import BuildConfig, ImageVerdict
+from specserving.rendering import labels as L
 from specserving.rendering.kinds import kind_of
 from specserving.reconcile.observed import Child, ChildRef, Workload, ref_of
 from specserving.reconcile.plan import Plan, make_plan, missing_builder
 from specserving.reconcile.queue import WorkQueue
 from specserving.reconcile.scaledown import ScaleDown
+from specserving.reconcile.serving import ServingChecks, Target, rollout_of
 from specserving.reconcile.state import Applied, Key, OwnerState
 from specserving.reconcile.watched import Watched
 
@@ -59,7 +61,8 @@ class Controller(Watched):
     """Converges SpecServings. One per operator process; kopf handlers call into it."""
 
     def __init__(self, kube: Kube, metrics: Metrics, *, probe_load: bool = True,
-                 clock: Callable[[], str] = _now, build: BuildConfig | None = None) -> None:
+                 clock: Callable[[], str] = _now, build: BuildConfig | None = None,
+                 serving_checks: bool = True) -> None:
         super().__init__()
         self.kube, self.metrics, self.clock = kube, metrics, clock
         self.build = build or BuildConfig()
@@ -67,6 +70,7 @@ class Controller(Watched):
         self.queue = WorkQueue(self.owner, self.state, self.converge)
         self.builds = Builds(kube, self.build, metrics, self)
         self.scale_down = ScaleDown(kube, self.pods, probe_load)
+        self.serving = ServingChecks(kube, self.poke, enabled=serving_checks)
 
     # -- entry points -----------------------------------------------------------------------------------------
 
@@ -102,6 +106,7 @@ class Controller(Watched):
         """The SpecServing is gone (its children go with it through owner references)."""
         st = self.owners.pop(key, None)
         self.builds.forget(key)
+        self.serving.forget(key)
         if st:
             self.queue.cancel(st)
         self.metrics.set_state(key[0], key[1], None)
@@ -281,12 +286,21 @@ class Controller(Watched):
     async def _report(self, key: Key, st: OwnerState, body: dict[str, Any], plan: Plan, outcome: S.Outcome,
                       old: dict[str, Any] | None) -> None:
         workloads = self._workloads(key)
+        pods = self.pods(key)
+        rollout = rollout_of(plan.generation, pods)
+        checking = self.serving.enabled and plan.spec is not None and plan.spec.router.serving_check == "Enabled"
         obs = S.Observation(
             name=key[1], namespace=key[0], generation=plan.generation, outcome=outcome, desired=plan.desired(),
-            workloads=workloads, pods=self.pods(key), old=old,
+            workloads=workloads, pods=pods, old=old,
             image=outcome.image.status_image if outcome.image is not None else plan.image_status(),
-            router_port=plan.spec.router.port if plan.spec else None)
+            router_port=plan.spec.router.port if plan.spec else None,
+            serving_check=checking, serving=self.serving.result(key, rollout))
         new = S.compute(obs, self.clock())
+        ready = C.find(new["conditions"], R.READY)
+        if checking and plan.spec is not None and ready is not None and ready["status"] == C.TRUE:
+            self.serving.ensure(key, rollout, Target(key[0], child_name(key[1], L.ROUTER), plan.spec.router.port))
+        else:
+            self.serving.stop(key)
         patch = S.patch_for(old, new)
         if patch is not None:
             try:

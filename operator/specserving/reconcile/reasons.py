@@ -11,7 +11,9 @@ DECODE_READY = "DecodeReady"
 ROUTER_READY = "RouterReady"
 READY = "Ready"
 DEGRADED = "Degraded"
-CONDITION_TYPES = (ADMITTED, IMAGE_READY, PROGRESSING, PREFILL_READY, DECODE_READY, ROUTER_READY, READY, DEGRADED)
+SERVING_VERIFIED = "ServingVerified"
+CONDITION_TYPES = (ADMITTED, IMAGE_READY, PROGRESSING, PREFILL_READY, DECODE_READY, ROUTER_READY, READY, DEGRADED,
+                   SERVING_VERIFIED)
 
 # Admitted.
 ACCEPTED = "Accepted"  # the spec passed validation (warnings, if any, are in the message)
@@ -53,6 +55,13 @@ IMAGE_PULL_FAILED = "ImagePullFailed"
 POD_FAILED = "PodFailed"
 NO_FAILURES = "NoFailures"
 
+# ServingVerified (reconcile/serving.py).
+WAITING_FOR_READY = "WaitingForReady"  # checked once the SpecServing is Ready
+CHECKING = "Checking"  # the request of this rollout is on its way
+REQUEST_SERVED = "RequestServed"  # the router answered a generate request that took a prefill and a decode pod
+REQUEST_FAILED = "RequestFailed"  # the router answered with an error (no worker, a failed engine, ...)
+ROUTER_UNREACHABLE = "RouterUnreachable"  # no answer from the router Service at all
+
 # Events on actions (condition transitions use the condition's own reason).
 CHILDREN_APPLIED = "ChildrenApplied"
 CHILD_APPLY_FAILED = "ChildApplyFailed"
@@ -66,4 +75,5 @@ WARNING_REASONS = frozenset({
     INVALID_SPEC, DEPENDENCY_MISSING, APPLY_FAILED, IMAGE_LACKS_BUILDER, BUILD_FAILED, REGISTRY_MISSING,
     PROGRESS_DEADLINE_EXCEEDED,
     CRASH_LOOP_BACK_OFF, CONTAINER_FAILED, IMAGE_PULL_FAILED, POD_FAILED, CHILD_APPLY_FAILED,
+    REQUEST_FAILED, ROUTER_UNREACHABLE,
 })

@@ -50,6 +50,8 @@ class Options:
     build_resources: str | None = None
     base_digests: str = "BestEffort"
     read_pull_secrets: bool = False
+    # ServingVerified: one generate request through each router Service after each rollout (reconcile/serving.py).
+    serving_checks: bool = True
     webhook: WebhookOptions = field(default_factory=WebhookOptions)
 
 
@@ -185,7 +187,8 @@ def run(opts: Options) -> int:
     build = build_config(opts)
     if opts.metrics_port:
         serve_metrics(metrics, opts.metrics_port, opts.metrics_address)
-    controller = Controller(kube, metrics, probe_load=opts.probe_load, build=build)
+    controller = Controller(kube, metrics, probe_load=opts.probe_load, build=build,
+                            serving_checks=opts.serving_checks)
     registry = build_registry(controller, resync_seconds=opts.resync_seconds)
     from specserving.webhook.handlers import WebhookMetrics
     from specserving.webhook.runtime import install

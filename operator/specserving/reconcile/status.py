@@ -16,6 +16,7 @@ from specserving.reconcile import reasons as R
 from specserving.reconcile.failures import pod_failures, summary
 from specserving.reconcile.image import ImageVerdict
 from specserving.reconcile.observed import Pod, Workload
+from specserving.reconcile.serving import Result, condition_fields
 from specserving.rendering import labels as L
 
 POOLS = (L.PREFILL, L.DECODE, L.ROUTER)
@@ -56,6 +57,9 @@ class Observation:
     router_port: int | None = None
     image: dict[str, Any] | None = None
     old: Mapping[str, Any] | None = field(default=None)
+    # ServingVerified: whether the check is on for this SpecServing, and the latest result for its rollout.
+    serving_check: bool = False
+    serving: Result | None = None
 
 
 def _pool_status(name: str, role: str, desired: int | None, w: Workload | None) -> dict[str, Any]:
@@ -202,8 +206,11 @@ def compute(o: Observation, now: str) -> dict[str, Any]:
     if o.outcome.admitted and o.router_port:
         endpoint = f"http://{child_name(o.name, L.ROUTER)}.{o.namespace}.svc:{o.router_port}"
     pools = [_pool_condition(o, role, gen) for role in POOLS]
-    conds = [_admitted(o, gen), _image_ready(o, gen), _progress(o, gen), *pools, _ready(o, pools, gen, endpoint),
-             _degraded(o, gen)]
+    ready = _ready(o, pools, gen, endpoint)
+    conds = [_admitted(o, gen), _image_ready(o, gen), _progress(o, gen), *pools, ready, _degraded(o, gen)]
+    serving = condition_fields(o.serving_check and o.outcome.admitted, ready["status"] == C.TRUE, o.serving)
+    if serving is not None:
+        conds.append(C.condition(R.SERVING_VERIFIED, *serving, gen))
     merged = C.merge((o.old or {}).get("conditions"), conds, now)
     status: dict[str, Any] = {"observedGeneration": gen, "phase": _phase(o, {c["type"]: c for c in merged})}
     if endpoint:
