@@ -194,6 +194,12 @@ def check_pd_symmetric(spec: SpecServingSpec, table: CapabilityTable) -> Report:
 
 def check_router(spec: SpecServingSpec) -> Report:
     report = Report()
+    chosen = router.implementation(spec)
+    if spec.router.dp_aware and chosen not in router.DP_AWARE_WORKS:
+        report.errors.append(Problem("spec.router.dpAware", (
+            f"Invalid value: true: {chosen} (0.3.2) sends every request of a DP-aware PD router to "
+            "http://0.0.0.<rank>/generate, so nothing is served; set spec.router.implementation: smg (which routes "
+            "DP ranks) or leave dpAware unset")))
     if not router.implementation_known(spec):
         version = sglang_version(spec) or "of this image"
         report.warnings.append(Problem("spec.router.implementation", (

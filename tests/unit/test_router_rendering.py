@@ -31,14 +31,18 @@ def test_the_router_command_follows_the_implementation(changes: dict[str, Any], 
     assert _container(seed(**changes), "router")["command"] == ["python3", "-m", module]
 
 
+SMG = {"spec.router.implementation": "smg"}
+PLAIN_TP = {"spec.engine.enableDpAttention": False, "spec.engine.dp": 1, "spec.engine.enableDpLmHead": False}
+
+
 @pytest.mark.parametrize(("changes", "dp_aware"), [
-    ({}, True),  # DP attention over 8 ranks
-    ({"spec.router.dpAware": False}, False),
-    ({"spec.engine.enableDpAttention": False, "spec.engine.dp": 1, "spec.engine.enableDpLmHead": False}, False),
-    ({"spec.engine.enableDpAttention": False, "spec.engine.dp": 1, "spec.engine.enableDpLmHead": False,
-      "spec.router.dpAware": True}, True),
-], ids=["dp-attention", "switched-off", "plain-tp", "forced-on"])
-def test_dp_aware_by_default_under_dp_attention(changes: dict[str, Any], dp_aware: bool) -> None:
+    (SMG, True),  # DP attention over 8 ranks, on the router that routes ranks
+    ({}, False),  # sglang-router 0.3.2 misroutes DP-aware PD requests: not by default
+    ({**SMG, "spec.router.dpAware": False}, False),
+    ({**SMG, **PLAIN_TP}, False),
+    ({**SMG, **PLAIN_TP, "spec.router.dpAware": True}, True),
+], ids=["smg-dp-attention", "sglang-router-dp-attention", "switched-off", "plain-tp", "forced-on"])
+def test_dp_aware_by_default_under_dp_attention_on_smg(changes: dict[str, Any], dp_aware: bool) -> None:
     assert ("--dp-aware" in _container(seed(**changes), "router")["args"]) is dp_aware
 
 

@@ -63,6 +63,8 @@ def test_the_answer_names_the_pods_only_when_the_engines_do() -> None:
     assert describe_answer(json.dumps(stand_in).encode()) == "decode pod d-0 answered with KV from prefill pod p-0"
     assert "do not name" in describe_answer(b'{"text": "x", "meta_info": {"id": "1"}}')
     assert "not JSON" in describe_answer(b"<html>")
+    completion = {"object": "text_completion", "choices": [{"text": "x"}], "stand_in": {"pod": "d-1", "prefill_pod": "p-1"}}
+    assert describe_answer(json.dumps(completion).encode()) == "decode pod d-1 answered with KV from prefill pod p-1"
 
 
 class _Answer(BaseHTTPRequestHandler):

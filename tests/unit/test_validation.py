@@ -80,6 +80,8 @@ REFUSED: list[tuple[str, dict[str, Any], str, list[str]]] = [
     ("dsv4-attention-backend-symmetric-from-0.5.23", {"spec.image.base": "lmsysorg/sglang:v0.5.23",
                                                       "spec.prefill.extraArgs": ["--dsv4-attn-backend", "x"]},
      "spec.prefill.extraArgs[0]", ["--dsv4-attn-backend", "SGLang 0.5.23"]),
+    ("sglang-router-cannot-route-dp-ranks", {"spec.router.dpAware": True}, "spec.router.dpAware",
+     ["sglang-router (0.3.2)", "http://0.0.0.<rank>/generate", "implementation: smg"]),
     ("name-too-long", {"metadata.name": "x" * (MAX_NAME_LENGTH + 1)}, "",
      [f"metadata.name must be at most {MAX_NAME_LENGTH} characters"]),
     ("volume-needs-one-source", {"spec.model.volume": {"mountPath": "/data2"}}, "spec.model.volume",

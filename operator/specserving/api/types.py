@@ -384,7 +384,8 @@ class RouterSpec:
     dp_aware: bool | None = field(
         "dpAware registers every DP rank of a pod as a worker of its own (--dp-aware), so the router spreads "
         "requests over the ranks instead of leaving that to each engine. Default: true when engine."
-        "enableDpAttention is true and engine.dp > 1.")
+        "enableDpAttention is true, engine.dp > 1 and the implementation is smg (sglang-router 0.3.2 misroutes "
+        "DP-aware PD requests, so true is refused with it).")
     policy: str = field("policy is the router's load-balancing policy (--policy). Default cache_aware.",
                         default="cache_aware", enum=ROUTER_POLICIES)
     prefill_policy: str | None = field("prefillPolicy overrides policy for prefill (--prefill-policy).",

@@ -298,7 +298,9 @@ class Controller(Watched):
         new = S.compute(obs, self.clock())
         ready = C.find(new["conditions"], R.READY)
         if checking and plan.spec is not None and ready is not None and ready["status"] == C.TRUE:
-            self.serving.ensure(key, rollout, Target(key[0], child_name(key[1], L.ROUTER), plan.spec.router.port))
+            model = plan.spec.model.served_model_name or plan.spec.model.path
+            self.serving.ensure(key, rollout, Target(key[0], child_name(key[1], L.ROUTER), plan.spec.router.port,
+                                                     model))
         else:
             self.serving.stop(key)
         patch = S.patch_for(old, new)

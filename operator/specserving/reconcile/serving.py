@@ -1,4 +1,4 @@
-"""ServingVerified: after each rollout, one short generate request through the router's Service.
+"""ServingVerified: after each rollout, one short completion request through the router's Service.
 
 A rollout here is one set of Ready prefill, decode and router pods under one generation: when that set changes
 (a new generation rolled out, a pod replaced, a pool scaled) and the SpecServing is Ready, one check runs in the
@@ -25,7 +25,13 @@ from specserving.rendering import labels as L
 log = logging.getLogger("specserving.serving")
 
 SERVICES = Resource("v1", "Service", "services", True)
-REQUEST = {"text": "SpecServing serving check", "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+# The OpenAI completions route, with the model named: smg's service discovery serves several models (IGW) and
+# refuses a /generate without one, and SGLang's native /generate has no model field to name it in.
+PATH = "/v1/completions"
+
+
+def request_for(model: str) -> dict[str, object]:
+    return {"model": model, "prompt": "SpecServing serving check", "max_tokens": 1, "temperature": 0}
 ANSWER_TIMEOUT_SECONDS = 60.0  # a cold engine's first request may compile kernels
 CONNECT_TIMEOUT_SECONDS = 10.0
 MAX_ANSWER_BYTES = 1 << 20  # a cold engine's first request may compile kernels; the router's own timeout is longer
@@ -41,6 +47,7 @@ class Target:
     namespace: str
     service: str
     port: int
+    model: str  # the served model name the router knows the workers by
 
 
 @dataclass(frozen=True)
@@ -71,8 +78,10 @@ def describe_answer(body: bytes) -> str:
         doc = json.loads(body)
     except ValueError:
         return "the answer is not JSON"
-    meta = doc.get("meta_info") if isinstance(doc, dict) else None
-    pods = (meta or {}).get("stand_in") if isinstance(meta, dict) else None
+    if not isinstance(doc, dict):
+        return "the answer is not a JSON object"
+    meta = doc.get("meta_info")
+    pods = doc.get("stand_in") or (meta.get("stand_in") if isinstance(meta, dict) else None)
     if isinstance(pods, dict) and pods.get("pod"):
         return f"decode pod {pods.get('pod')} answered with KV from prefill pod {pods.get('prefill_pod')}"
     return "the engines do not name the pods that answered"
@@ -131,7 +140,7 @@ class ServingChecks:
             await asyncio.sleep(retry_delay(attempt))
 
     async def send(self, target: Target) -> tuple[bool, str, str]:
-        """One POST /generate through the router Service's cluster IP (the operator may run outside the cluster's
+        """One POST /v1/completions through the router Service's cluster IP (the operator may run outside the cluster's
         DNS): (passed, reason, message). Plain asyncio streams, so a cancelled check stops at once."""
         try:
             svc = await asyncio.to_thread(self.kube.get, SERVICES, target.namespace, target.service)
@@ -141,10 +150,10 @@ class ServingChecks:
         if not address or address == "None":
             return False, R.ROUTER_UNREACHABLE, f"Service {target.service} has no cluster IP yet"
         host = f"[{address}]" if ":" in address else address
-        where = f"POST http://{host}:{target.port}/generate (Service {target.service})"
+        where = f"POST http://{host}:{target.port}{PATH} (Service {target.service})"
         started = time.monotonic()
         try:
-            code, body = await post_json(address, target.port, "/generate", REQUEST, self.timeout)
+            code, body = await post_json(address, target.port, PATH, request_for(target.model), self.timeout)
         except (OSError, asyncio.TimeoutError, ValueError) as exc:
             why = "timed out" if isinstance(exc, asyncio.TimeoutError) else (str(exc) or type(exc).__name__)
             return False, R.ROUTER_UNREACHABLE, f"{where} failed after {_ms(started)}: {why}"

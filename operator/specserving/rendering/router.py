@@ -38,11 +38,18 @@ def implementation_known(spec: SpecServingSpec) -> bool:
     return bool(spec.router.implementation or (caps is not None and caps.image_router))
 
 
+# sglang-router 0.3.2 registers DP ranks as http://IP:PORT@RANK, then in PD mode sends each request to
+# http://0.0.0.RANK/generate (the rank read as the URL's host): every request fails. Measured with the real wheel
+# (tests/cluster/test_router.py, docs/router.md); smg 1.13.0 routes ranks correctly.
+DP_AWARE_WORKS = frozenset({SMG})
+
+
 def dp_aware(spec: SpecServingSpec) -> bool:
-    """Register each DP rank as a worker: by default exactly when attention is data-parallel over dp > 1 ranks."""
+    """Register each DP rank as a worker: by default when attention is data-parallel over dp > 1 ranks and the
+    implementation routes ranks correctly in PD mode."""
     if spec.router.dp_aware is not None:
         return spec.router.dp_aware
-    return spec.engine.enable_dp_attention and spec.engine.dp > 1
+    return spec.engine.enable_dp_attention and spec.engine.dp > 1 and implementation(spec) in DP_AWARE_WORKS
 
 
 def _selector_args(name: str, spec: SpecServingSpec, role: str) -> list[str]:
