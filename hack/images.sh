@@ -7,6 +7,10 @@
 #   operator   images/operator/Dockerfile from the repository root, on the stand-in base
 #   buildkit   the stand-in for moby/buildkit:$BUILDKIT_VERSION-rootless: buildkitd, buildctl, rootlesskit and runc
 #              built from their Go modules (the versions the official image uses), hack/buildkit/Dockerfile
+#   stand-in-engine  NOT SGLang: hack/stand-in-engine, an HTTP server where an SGLang GPU process would answer
+#              (health, server info with the bootstrap port, generate), run by the operator's own pods
+#   stand-in-router  the real sglang-router and smg wheels (hack/stand-in-router/requirements.txt) on the base,
+#              standing in for the router inside an lmsysorg/sglang image
 #   sglang V   the stand-in for lmsysorg/sglang:vV: the base, torch (PyPI's CUDA build, which runs on CPU), the real
 #              SGLang wheel V with its pins, and Mooncake's transfer engine, from hack/decode-path-env.sh's folders
 #
@@ -174,6 +178,23 @@ cmd_operator() {
     push "$REGISTRY/$repo:$tag"
 }
 
+stand_in() {
+    # stand_in DIR REPO: hack/DIR/Dockerfile on the stand-in base, the folder as context; tagged by its content.
+    local dir=$HERE/$1 repo=$2 base tag t
+    registry_up
+    base=$(cmd_base)
+    tag=$( (cd "$dir" && find . -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z |
+        xargs -0 sha256sum; recipe_of stand_in; echo "${base#*@}") | sha256sum | cut -c1-12)
+    cached "$repo" "$tag" && return 0
+    need buildah
+    t=$(date +%s)
+    (cd "$dir" && bah build --quiet --layers --isolation chroot --network host --build-arg "PYTHON_IMAGE=$base" \
+        --tls-verify=false -t "$REGISTRY/$repo:$tag" .) >"$CACHE/images/$1-build.log" 2>&1 ||
+        { tail -30 "$CACHE/images/$1-build.log" >&2; die "the $1 image build failed; see $CACHE/images/$1-build.log"; }
+    log "built $REGISTRY/$repo:$tag in $(( $(date +%s) - t ))s"
+    push "$REGISTRY/$repo:$tag"
+}
+
 gobuild() {
     # gobuild MODULE@VERSION PACKAGE OUT [go build flags...]: build one main package of a module, in the module
     # cache's copy (go install refuses modules with replace directives, as buildkit's go.mod has).
@@ -331,6 +352,8 @@ case "${1:-}" in
     operator) cmd_operator ;;
     buildkit) cmd_buildkit ;;
     buildkit-binaries) buildkit_binaries ;;  # no registry needed: .ci/run starts it early, in the background
+    stand-in-engine) stand_in stand-in-engine specserving/stand-in/engine ;;
+    stand-in-router) stand_in stand-in-router specserving/stand-in/router ;;
     sglang) [[ -n ${2:-} ]] || { echo "usage: $0 sglang VERSION" >&2; exit 2; }; registry_up; cmd_sglang "$2" ;;
-    *) echo "usage: $0 base|pause|operator|buildkit|buildkit-binaries|sglang VERSION" >&2; exit 2 ;;
+    *) echo "usage: $0 base|pause|operator|buildkit|buildkit-binaries|stand-in-engine|stand-in-router|sglang VERSION" >&2; exit 2 ;;
 esac

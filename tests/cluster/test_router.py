@@ -1,0 +1,270 @@
+"""The router, run for real: the operator's own rendered router Deployment runs the real sglang-router and smg
+(PyPI wheels, Rust on CPU) on the real node, and discovers the operator's own prefill and decode pods through the
+real API server. Those pods run on the real node too, with the stand-in engine image (hack/stand-in-engine: NOT
+SGLang, an HTTP server where a GPU process would answer) under the operator's rendered command, probes, preStop
+drain and labels. What is asserted is read from each router's own API (GET /workers):
+
+- every prefill and decode pod of the SpecServing is registered, every DP rank of each (dp-aware, dp 8), each
+  prefill with its bootstrap port from the sglang.ai/bootstrap-port annotation;
+- pods of another SpecServing in the namespace, and a look-alike pod with the same labels in another namespace,
+  are never registered;
+- a decode pod removed by `kubectl scale` is deregistered while it is still draining (its preStop runs);
+- ServingVerified is True after the rollout (a generate request through the router's Service reached a decode
+  pod that fetched its bootstrap room from a prefill pod), and False with the router's error when the engines
+  are made to fail, then True again once they recover (its retries with backoff).
+
+The figures (Ready to registered, deletion to deregistered) are printed; docs/router.md quotes them. What stands
+in: the engines (no model, no KV transfer, no GPU), the GPUs and RDMA NICs (extended resources the test
+advertises on the real node), and the router image (the wheels on the stand-in Python base, not an lmsysorg image).
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .kube import Cluster, condition, wait_for
+from .operating import Operator, cond_is, crd, ready, seed
+from .registry import local_image
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1800)]
+__all__ = ["crd"]  # fixture, used by name
+
+NODE_LABEL = "specserving.io/real-node"
+PLACEMENT = {"nodeSelector": {NODE_LABEL: "true"},
+             "tolerations": [{"key": NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}]}
+# What each stand-in pod asks for: the rendered 8 GPUs and 8 RDMA devices of one TP8 pod.
+FAKE_DEVICES = {"nvidia.com/gpu": "64", "rdma/ib": "64"}
+ENGINE_PORT = 30000
+BOOTSTRAP_PORT = 8998
+DP = 8
+START_TIMEOUT = 600  # cold: the first pull of both stand-in images from the local registry
+POLL = 0.2
+
+
+@pytest.fixture(scope="module")
+def engine_image(cluster: Cluster, real_node: str) -> str:
+    return local_image(cluster, "stand-in-engine")
+
+
+@pytest.fixture(scope="module")
+def router_image(cluster: Cluster, real_node: str) -> str:
+    return local_image(cluster, "stand-in-router")
+
+
+@pytest.fixture(scope="module")
+def fake_devices(cluster: Cluster, real_node: str) -> Iterator[None]:
+    """Advertise GPUs and RDMA devices on the real node as extended resources (the kubelet keeps capacity it does
+    not manage), so the rendered pods, which request them, schedule there; taken away afterwards."""
+    cluster.kubectl("patch", "node", real_node, "--subresource=status", "--type=merge",
+                    "-p", json.dumps({"status": {"capacity": FAKE_DEVICES}}))
+    wait_for(lambda: all((cluster.get("node", real_node) or {}).get("status", {}).get("allocatable", {}).get(k) == v
+                         for k, v in FAKE_DEVICES.items()), 60, "the real node to advertise the fake devices")
+    try:
+        yield
+    finally:
+        ops = [{"op": "remove", "path": f"/status/capacity/{k.replace('/', '~1')}"} for k in FAKE_DEVICES]
+        cluster.kubectl("patch", "node", real_node, "--subresource=status", "--type=json", "-p", json.dumps(ops),
+                        check=False)
+
+
+def real_spec(name: str, engine_image: str, router_image: str, implementation: str, *, prefill: int, decode: int,
+              routers: int = 1) -> dict[str, Any]:
+    """The seed (DSPARK, TP8/DP8, DP attention) on SGLang 0.5.17's decode path, its pools and router placed on the
+    real node, its pods on the pod network (Multus mode: no host ports, so several fit on one node)."""
+    obj = seed()
+    obj["metadata"]["name"] = name
+    spec = obj["spec"]
+    spec["model"] = {"path": "/models/stand-in"}
+    spec["image"] = {"base": engine_image, "sglangVersion": "0.5.17", "build": {"policy": "Never"}}
+    spec["transfer"]["network"] = {"mode": "Multus", "multusNetworks": ["rdma-net"]}
+    pool = {**PLACEMENT, "startupTimeoutSeconds": 120, "terminationGracePeriodSeconds": 40}
+    spec["prefill"].update(replicas=prefill, **pool)
+    spec["decode"].update(replicas=decode, **pool)
+    spec["router"] = {"implementation": implementation, "image": router_image, "replicas": routers,
+                      "policy": "round_robin", "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+                      **PLACEMENT}
+    return obj
+
+
+def lookalike(name: str, engine_image: str) -> dict[str, Any]:
+    """A Ready stand-in engine carrying route-a's decode labels, in another namespace."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"specserving.io/instance": "route-a", "specserving.io/role": "decode"}},
+            "spec": {**PLACEMENT, "containers": [{
+                "name": "sglang", "image": engine_image, "command": ["python3", "-m", "sglang.launch_server"],
+                "args": ["--disaggregation-mode", "decode", "--dp-size", str(DP), "--port", str(ENGINE_PORT)],
+                "readinessProbe": {"httpGet": {"path": "/health", "port": ENGINE_PORT}, "periodSeconds": 2}}]}}
+
+
+def pods_of(cluster: Cluster, ns: str, name: str, role: str) -> list[dict[str, Any]]:
+    return cluster.list("pods", ns, f"specserving.io/instance={name},specserving.io/role={role}")
+
+
+def http(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None, method=method,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read() or b"null")
+
+
+def workers(router_ip: str) -> dict[str, dict[str, Any]] | None:
+    """url -> worker, from the router's own API; None while it does not answer."""
+    try:
+        listed = http("GET", f"http://{router_ip}:8000/workers")
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    return {w["url"]: w for w in listed.get("workers", [])}
+
+
+def urls(pod: dict[str, Any], dp_aware: bool) -> list[str]:
+    """The workers a pod should be: one per DP rank (dp-aware), or the pod itself."""
+    base = f"http://{pod['status']['podIP']}:{ENGINE_PORT}"
+    return [f"{base}@{rank}" for rank in range(DP)] if dp_aware else [base]
+
+
+def expected_urls(pods: list[dict[str, Any]], dp_aware: bool) -> set[str]:
+    return {u for p in pods for u in urls(p, dp_aware)}
+
+
+def ready_since(pod: dict[str, Any]) -> float:
+    c = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
+    return float(calendar.timegm(time.strptime(c["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ")))
+
+
+def verified(cluster: Cluster, ns: str, status: str, reason: str, what: str) -> dict[str, Any]:
+    """Wait for ServingVerified=status/reason; on timeout, say what the condition was."""
+    deadline = time.monotonic() + 120
+    while True:
+        found = cond_is(cluster, ns, "ServingVerified", status, reason, name="route-a")
+        if found is not None:
+            return found
+        if time.monotonic() > deadline:
+            now = condition(cluster.get("specservings", "route-a", ns), "ServingVerified")
+            pytest.fail(f"timed out after 120s waiting for {what}; ServingVerified is {now}", pytrace=False)
+        time.sleep(0.5)
+
+
+def fail_engines(pods: list[dict[str, Any]], how: dict[str, bool]) -> None:
+    for p in pods:
+        http("POST", f"http://{p['status']['podIP']}:{ENGINE_PORT}/stand-in/fail", how)
+
+
+@pytest.fixture
+def other_namespace(cluster: Cluster) -> Iterator[str]:
+    name = f"lookalike-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    wait_for(lambda: cluster.get("serviceaccount", "default", name), 30, f"the default ServiceAccount in {name}")
+    try:
+        yield name
+    finally:
+        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.mark.parametrize("implementation", ["sglang-router", "smg"])
+def test_real_router_registers_exactly_our_pods(cluster: Cluster, namespace: str, other_namespace: str, crd: None,
+                                                tmp_path: Path, engine_image: str, router_image: str,
+                                                fake_devices: None, implementation: str) -> None:
+    op = Operator(cluster, namespace, tmp_path / "operator.log", extra=["--serving-checks", "On"])
+    try:
+        _exercise(cluster, namespace, other_namespace, engine_image, router_image, implementation)
+    finally:
+        op.stop()
+        print(f"\n--- operator log ---\n{op.log.read_text()[-5000:]}")
+        logs = cluster.kubectl("logs", "-n", namespace, "deployment/route-a-router", "--tail=40", check=False)
+        print(f"--- {implementation} log ---\n{logs.stdout}{logs.stderr}")
+
+
+def _exercise(cluster: Cluster, ns: str, other_ns: str, engine_image: str, router_image: str,
+              implementation: str) -> None:
+    cluster.apply(real_spec("route-a", engine_image, router_image, implementation, prefill=1, decode=2),
+                  namespace=ns)
+    cluster.apply(real_spec("route-b", engine_image, router_image, implementation, prefill=1, decode=1, routers=0),
+                  namespace=ns)
+    cluster.apply(lookalike("route-a-decode-lookalike", engine_image), namespace=other_ns)
+    for name in ("route-a", "route-b"):
+        wait_for(lambda: ready(cluster, ns, name), START_TIMEOUT, f"SpecServing {name} to become Ready")
+
+    router = pods_of(cluster, ns, "route-a", "router")[0]
+    router_ip = router["status"]["podIP"]
+    prefill, decode = pods_of(cluster, ns, "route-a", "prefill"), pods_of(cluster, ns, "route-a", "decode")
+    strangers = {p["status"]["podIP"] for p in [*pods_of(cluster, ns, "route-b", "prefill"),
+                                                 *pods_of(cluster, ns, "route-b", "decode"),
+                                                 *cluster.list("pods", other_ns)] if p["status"].get("podIP")}
+    assert len(strangers) == 3, f"route-b's two pods and the look-alike must be running: {strangers}"
+    # smg routes DP ranks (dp-aware by default under DP attention); sglang-router 0.3.2 misroutes them in PD mode,
+    # so the operator registers whole pods with it (docs/router.md).
+    dp_aware = implementation == "smg"
+    want = expected_urls(prefill, dp_aware) | expected_urls(decode, dp_aware)
+    first_seen: dict[str, float] = {}
+
+    def registered() -> dict[str, dict[str, Any]] | None:
+        found = workers(router_ip)
+        if found is None:
+            return None
+        now = time.time()
+        for url in found:
+            first_seen.setdefault(url, now)
+        wrong = {u for u in found if u.split("//")[1].split(":")[0] in strangers}
+        assert not wrong, f"{implementation} registered pods of another SpecServing or namespace: {wrong}"
+        return found if set(found) == want else None
+
+    found = wait_for(registered, 120, f"{implementation} to register exactly route-a's {len(want)} workers "
+                                      f"(seen: {sorted(first_seen)})", interval=POLL)
+    for p in prefill:
+        for url in urls(p, dp_aware):
+            assert found[url]["worker_type"] == "prefill" and found[url]["bootstrap_port"] == BOOTSTRAP_PORT, found[url]
+    for p in decode:
+        assert {found[url]["worker_type"] for url in urls(p, dp_aware)} == {"decode"}
+    lags = {p["metadata"]["name"]: max(first_seen[u] for u in urls(p, dp_aware)) - ready_since(p)
+            for p in [*prefill, *decode]}
+    print(f"\n{implementation}: pod Ready -> registered ({'all ' + str(DP) + ' ranks' if dp_aware else 'the pod'}), "
+          "seconds (Ready is stamped to the second): "
+          + ", ".join(f"{k} {v:.1f}" for k, v in sorted(lags.items())))
+
+    # ServingVerified: the first rollout's request went through the router to one decode and one prefill pod.
+    message = condition(verified(cluster, ns, "True", "RequestServed", "ServingVerified=True"),
+                        "ServingVerified")["message"]
+    names = {p["metadata"]["name"] for p in [*prefill, *decode]}
+    assert "decode pod" in message and any(n in message for n in names), message
+    print(f"{implementation}: ServingVerified: {message}")
+
+    # Broken engines, then a scale-down (a new rollout): the victim leaves the router while it still drains.
+    fail_engines(decode, {"generate": True})
+    before = {p["metadata"]["name"] for p in decode}
+    cluster.kubectl("scale", "specserving", "route-a", "--replicas=1", "-n", ns)
+    victim = wait_for(lambda: next((p for p in pods_of(cluster, ns, "route-a", "decode")
+                                    if p["metadata"].get("deletionTimestamp")), None), 60, "a decode pod to terminate")
+    deleting_at = time.time()
+    assert victim["metadata"]["name"] in before
+    gone_urls = expected_urls([victim], dp_aware)
+
+    def deregistered() -> bool:
+        found = workers(router_ip)
+        return found is not None and not gone_urls & set(found)
+
+    wait_for(deregistered, 60, f"{implementation} to deregister {victim['metadata']['name']}", interval=POLL)
+    lag = time.time() - deleting_at
+    still_there = cluster.get("pod", victim["metadata"]["name"], ns)
+    assert still_there is not None and still_there["metadata"].get("deletionTimestamp"), \
+        f"{victim['metadata']['name']} finished draining before {implementation} deregistered it ({lag:.1f}s)"
+    print(f"{implementation}: deletion -> deregistered {lag:.1f}s (upper bound: seen by this poll); the pod was "
+          "still draining (preStop)")
+
+    message = condition(verified(cluster, ns, "False", "RequestFailed",
+                                 "ServingVerified=False/RequestFailed with the engines failing"),
+                        "ServingVerified")["message"]
+    assert "stand-in engine told to fail" in message, message
+    print(f"{implementation}: ServingVerified with failing engines: {message}")
+
+    fail_engines([p for p in decode if p["metadata"]["name"] != victim["metadata"]["name"]], {})
+    verified(cluster, ns, "True", "RequestServed", "ServingVerified=True again once the engines recover (a retry)")
