@@ -12,6 +12,9 @@
 #      operator's build Job builds images/sglang-pd with rootless BuildKit on the real node, the probe passes, the
 #      image is pushed to the local registry, and the pools run it by digest (the registry API shows the digest)
 #   8. show what the operator made, and its metrics read through its Service
+#   9. a SpecServing served for real: its pools and the real smg router run on the real node (stand-in engines,
+#      NOT SGLang), the router registers every DP rank, and the operator's check request gets an answer
+#      (ServingVerified), as does one sent here through the router
 #
 # Everything is left running: the operator keeps reconciling after the script exits. The script ends by saying how
 # to look around and how to tear down. Running it again upgrades in place.
@@ -30,7 +33,7 @@ EXAMPLE=${DEMO_EXAMPLE:-examples/dspark-pd-tp8dp8.yaml}
 TIMEOUT=${DEMO_TIMEOUT:-180}
 BUILD_TIMEOUT=${DEMO_BUILD_TIMEOUT:-1800}
 REGISTRY=10.88.0.1:5000  # hack/node.sh serves it on the real node's bridge address
-STEPS=8
+STEPS=9
 STEP=0
 
 step() { STEP=$((STEP + 1)); printf '\n\033[1m==> [%d/%d] %s\033[0m\n' "$STEP" "$STEPS" "$*"; }
@@ -51,7 +54,7 @@ kubectl get nodes -o custom-columns='NODE:.metadata.name,RUNTIME:.status.nodeInf
     awk 'NR <= 3 || /specserving-real/'
 say "... ($(kubectl get nodes -l type=kwok --no-headers | wc -l) fake GPU nodes in all)"
 
-step "Building the operator image (images/operator/Dockerfile), the rootless BuildKit image and the SGLang 0.5.16 base (stand-ins, see docs/image-build.md) with buildah, and pushing them to the local registry"
+step "Building the operator image (images/operator/Dockerfile), the rootless BuildKit image, the SGLang 0.5.16 base, the stand-in engine and the router image (stand-ins, see docs/image-build.md and docs/router.md) with buildah, and pushing them to the local registry"
 IMAGE=$(bash hack/images.sh operator)
 REPOSITORY=${IMAGE%@*}
 REPOSITORY=${REPOSITORY%:*}
@@ -61,6 +64,10 @@ BUILDKIT=$(bash hack/images.sh buildkit)
 say "$BUILDKIT"
 SGLANG_BASE=$(bash hack/images.sh sglang 0.5.16)
 say "$SGLANG_BASE"
+ENGINE_IMAGE=$(bash hack/images.sh stand-in-engine)
+say "$ENGINE_IMAGE"
+ROUTER_IMAGE=$(bash hack/images.sh stand-in-router)
+say "$ROUTER_IMAGE"
 
 step "helm install $RELEASE into namespace $OPNS (Pod Security: restricted)"
 kubectl create namespace "$OPNS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
@@ -170,6 +177,30 @@ for pod in $(kubectl get pods -n "$OPNS" -l app.kubernetes.io/instance="$RELEASE
         grep -v -E ' 0.0$' | sed 's/^/    /' || true
 done
 
+say "ServingVerified above is False: kwok's pods answer no request. The next step serves one for real."
+
+step "A SpecServing served for real: pools and the real smg router on the real node (stand-in engines, NOT SGLang; GPUs and RDMA advertised as extended resources), then a request through the router"
+kubectl patch node specserving-real-0 --subresource=status --type=merge \
+    -p '{"status":{"capacity":{"nvidia.com/gpu":"64","rdma/ib":"64"}}}' >/dev/null
+SERVED=served
+started=$(date +%s)
+sed -e "s|ENGINE_IMAGE|$ENGINE_IMAGE|" -e "s|ROUTER_IMAGE|$ROUTER_IMAGE|" hack/demo-served.yaml | kubectl apply -n "$NS" -f -
+if ! kubectl wait -n "$NS" "sps/$SERVED" --for=condition=ServingVerified --timeout="${TIMEOUT}s"; then
+    kubectl describe -n "$NS" "sps/$SERVED" | tail -30
+    die "$SERVED was not verified serving in ${TIMEOUT}s (kubectl logs -n $NS deploy/$SERVED-router)"
+fi
+say "ServingVerified after $(( $(date +%s) - started ))s: $(kubectl get sps -n "$NS" "$SERVED" \
+    -o jsonpath='{.status.conditions[?(@.type=="ServingVerified")].message}')"
+router_ip=$(kubectl get pods -n "$NS" -l specserving.io/instance=$SERVED,specserving.io/role=router \
+    -o jsonpath='{.items[0].status.podIP}')
+say "the router's own worker list (GET /workers): $(curl -s "http://$router_ip:8000/workers" |
+    "$VENV/bin/python" -c 'import json, sys; w = json.load(sys.stdin)["workers"]; print(len(w), "workers:", ", ".join(sorted(x["worker_type"] + " " + x["url"].split("//")[1] for x in w)))')"
+svc=$(kubectl get svc -n "$NS" "$SERVED-router" -o jsonpath='{.spec.clusterIP}')
+say "curl http://$svc:8000/v1/completions (the router Service):"
+curl -s "http://$svc:8000/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"model": "/models/stand-in", "prompt": "hello", "max_tokens": 1}' | sed 's/^/    /'
+echo
+
 cat <<EOF
 
 The operator keeps running on the real node. To look around:
@@ -179,6 +210,7 @@ The operator keeps running on the real node. To look around:
     kubectl logs -n $OPNS deploy/$RELEASE          # its log
     kubectl describe sps -n $NS $NAME
     kubectl scale sps -n $NS $NAME --replicas=3   # scale the decode pool
+    kubectl logs -n $NS deploy/$SERVED-router      # the router registering and routing
 To tear everything down (operator, cluster, real node; the image cache stays):
     make cluster-down
 EOF

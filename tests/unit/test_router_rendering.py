@@ -46,6 +46,12 @@ def test_dp_aware_by_default_under_dp_attention_on_smg(changes: dict[str, Any], 
     assert ("--dp-aware" in _container(seed(**changes), "router")["args"]) is dp_aware
 
 
+def test_only_smg_is_told_not_to_load_a_tokenizer() -> None:
+    # smg would fetch the tokenizer from the model path, which only the engine pods mount (docs/router.md).
+    assert "--disable-tokenizer-autoload" in _container(seed(**SMG), "router")["args"]
+    assert "--disable-tokenizer-autoload" not in _container(seed(), "router")["args"]
+
+
 def test_router_placement() -> None:
     tolerations = [{"key": "cpu-only", "operator": "Exists", "effect": "NoSchedule"}]
     pod = _by_role(seed(**{"spec.router.nodeSelector": {"pool": "cpu"}, "spec.router.tolerations": tolerations}))[

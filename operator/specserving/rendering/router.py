@@ -61,8 +61,8 @@ def _selector_args(name: str, spec: SpecServingSpec, role: str) -> list[str]:
 
 
 def router_args(name: str, spec: SpecServingSpec) -> list[str]:
-    """The command-line flags, spelled as both implementations' parsers accept them (the decode_path tier runs
-    both parsers on them for every SGLang version)."""
+    """The command-line flags, spelled as both implementations' parsers accept them, plus smg's own where it
+    needs one (the decode_path tier runs the chosen implementation's parser on them for every SGLang version)."""
     r = spec.router
     args = ["--pd-disaggregation", "--service-discovery",
             "--prefill-selector", *_selector_args(name, spec, L.PREFILL),
@@ -76,6 +76,11 @@ def router_args(name: str, spec: SpecServingSpec) -> list[str]:
         args += ["--decode-policy", r.decode_policy]
     if dp_aware(spec):
         args.append("--dp-aware")
+    if implementation(spec) == SMG:
+        # smg loads each discovered model's tokenizer before registering its workers, from the model path, which
+        # only the engine pods mount: without this every registration waits out 10 s step timeouts (44 s
+        # measured). PD routing over HTTP needs no tokenizer.
+        args.append("--disable-tokenizer-autoload")
     args += ["--host", "0.0.0.0", "--port", str(r.port), "--prometheus-port", str(METRICS_PORT)]
     return args + list(r.extra_args or [])
 
