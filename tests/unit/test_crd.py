@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from specserving.api.schema import crd
-from specserving.api.naming import MAX_NAME_LENGTH
+from specserving.api.naming import MAX_NAME_LENGTH, REVISION_LENGTH, workload_name
 
 from .builders import ROOT
 
@@ -66,15 +66,15 @@ def test_scale_subresource_maps_to_the_decode_pool() -> None:
 
 def test_printer_columns_cover_what_an_admin_looks_at_first() -> None:
     names = [c["name"] for c in _version()["additionalPrinterColumns"]]
-    assert names[:6] == ["Ready", "Phase", "Algorithm", "Prefill", "Decode", "Image"]
+    assert names[:7] == ["Ready", "Phase", "Algorithm", "Prefill", "Decode", "Serving", "Image"]
     assert names[-1] == "Age"
 
 
 def test_name_length_rule_comes_from_the_child_suffixes() -> None:
     rules = _version()["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]
     assert rules[0]["rule"] == f"self.metadata.name.size() <= {MAX_NAME_LENGTH}"
-    longest_service = "x" * MAX_NAME_LENGTH + "-prefill"
-    assert len(longest_service) + len("-999-99") <= 63
+    longest_workload = workload_name("x" * MAX_NAME_LENGTH, "prefill", "0" * REVISION_LENGTH)
+    assert len(longest_workload) + len("-999-99") == 63
 
 
 def test_static_defaults_are_in_the_schema() -> None:

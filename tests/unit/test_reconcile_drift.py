@@ -10,6 +10,7 @@ from specserving.reconcile.drift import matches, needs_apply, parse_quantity, pr
 from specserving.rendering.kinds import CHILD_KINDS, kind_of
 from specserving.reconcile.observed import child_of
 from specserving.api.loading import spec_of
+from specserving.rendering import labels as L
 from specserving.rendering import render
 
 from .builders import seed
@@ -54,7 +55,7 @@ def test_a_missing_child_needs_apply() -> None:
 
 
 def test_a_hand_edited_deployment_needs_apply() -> None:
-    deploy = next(d for d in rendered() if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("decode"))
+    deploy = next(d for d in rendered() if d["kind"] == "Deployment" and d["metadata"]["labels"]["specserving.io/role"] == "decode")
     edited = as_stored(deploy)
     edited["spec"]["template"]["spec"]["containers"][0]["args"].append("--oops")
     assert needs_apply(deploy, child_of(edited))
@@ -118,14 +119,16 @@ def test_prune_only_owned_children_no_longer_rendered() -> None:
     assert prunable(desired, [kept, mine, child_of(foreign), child_of(orphan)], OWNER) == [mine]
 
 
-def test_a_kind_switch_prunes_the_old_workload() -> None:
+def test_a_kind_switch_is_a_new_revision_whose_rendering_leaves_out_the_old_workloads() -> None:
     single = rendered()
     multi_obj = seed(**{"spec.decode.nodesPerReplica": 2, "spec.decode.gpusPerNode": 4})
     multi_obj["metadata"].update(namespace="ns", uid=OWNER)
     multi = render(spec_of(multi_obj), multi_obj["metadata"])
     observed = [child_of(as_stored(d)) for d in single]
     pruned = prunable(multi, observed, OWNER)
-    assert [(c.ref.kind, c.ref.name) for c in pruned] == [("Deployment", "dsv4-flash-decode")]
+    old = sorted((d["kind"], d["metadata"]["name"]) for d in single if d["metadata"]["labels"].get(L.REVISION))
+    assert [(c.ref.kind, c.ref.name) for c in pruned] == old
+    assert {n.rsplit("-", 1)[0] for _, n in old} == {"dsv4-flash-prefill", "dsv4-flash-decode"}
 
 
 def test_every_rendered_kind_has_a_row() -> None:

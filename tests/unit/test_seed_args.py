@@ -59,7 +59,7 @@ def seed_flags(command: str) -> dict[str, tuple[str, ...]]:
 def rendered(role: str) -> dict[str, Any]:
     obj = seed()
     (dep,) = [o for o in render(spec_of(obj), obj["metadata"])
-              if o["kind"] == "Deployment" and o["metadata"]["name"] == f"dsv4-flash-{role}"]
+              if o["kind"] == "Deployment" and o["metadata"]["labels"]["specserving.io/role"] == role]
     return dep["spec"]["template"]["spec"]["containers"][0]  # type: ignore[no-any-return]
 
 

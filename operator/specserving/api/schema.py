@@ -117,6 +117,8 @@ def printer_columns() -> list[dict[str, Any]]:
          "description": "Ready/desired prefill replicas."},
         {"name": "Decode", "type": "string", "jsonPath": ".status.decode.readySummary",
          "description": "Ready/desired decode replicas."},
+        {"name": "Serving", "type": "string", "jsonPath": ".status.servingRevision",
+         "description": "The PD-contract revision the router pairs."},
         {"name": "Image", "type": "string", "jsonPath": ".status.image.resolved",
          "description": "The image the pools run."},
         {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint", "priority": 1,

@@ -68,6 +68,20 @@ class ImageStatus:
 
 
 @dataclass
+class RolloutStatus:
+    """A rollout from one PD-contract revision to another, while it runs."""
+
+    from_revision: str | None = field("fromRevision is the revision being replaced.", max_length=256)
+    to_revision: str | None = field("toRevision is the revision the spec renders.", max_length=64)
+    strategy: str | None = field("strategy is spec.rollout.strategy as this rollout runs it.", max_length=16)
+    step: str | None = field("step is ScalingUpNew, ScalingDownOld, SwitchingRouter or DrainingOld "
+                             "(docs/rollouts.md).", max_length=32)
+    description: str | None = field("description is the step's target, for example the new revision's replicas; "
+                                    "`specserving plan` prints the same lines.", max_length=1024)
+    serving_revision: str | None = field("servingRevision is the revision the router pairs now.", max_length=64)
+
+
+@dataclass
 class SpecServingStatus:
     """The observed state of a SpecServing."""
 
@@ -83,3 +97,9 @@ class SpecServingStatus:
                                       "decode.replicas and decode.selector.")
     router: PoolStatus | None = field("router is the observed router.")
     image: ImageStatus | None = field("image is the resolved serving image.")
+    revision: str | None = field("revision is the PD-contract revision the spec renders: a hash of every field "
+                                 "prefill and decode must agree on (docs/rollouts.md). The pools' workloads are "
+                                 "named <name>-<role>-<revision>.", max_length=64)
+    serving_revision: str | None = field("servingRevision is the revision whose prefill and decode pods the router "
+                                         "pairs.", max_length=64)
+    rollout: RolloutStatus | None = field("rollout is present while a new revision replaces an old one.")

@@ -20,6 +20,7 @@ BUILD_POLICIES = ("IfNeeded", "Never")
 SPECULATION_MODES = ("Enabled", "Disabled")
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 ROUTER_POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
+ROLLOUT_STRATEGIES = ("Surge", "Stepped")
 ROUTER_IMPLEMENTATIONS = ("sglang-router", "smg")
 SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer")
 
@@ -411,6 +412,24 @@ class RouterSpec:
 
 
 @dataclass
+class RolloutSpec:
+    """How a change to the PD contract (docs/rollouts.md) rolls out: a new revision of both pools beside the old
+    one, the router switched to it once it is Ready, then the old revision drained and deleted."""
+
+    strategy: str = field(
+        "strategy is Surge (default) or Stepped. Surge starts every replica of the new revision before the router "
+        "switches and the old revision goes: no capacity is lost, but the new revision needs its own nodes. "
+        "Stepped starts maxSurge replicas per role at a time and gives the same back from the old revision, so it "
+        "needs only maxSurge spare nodes per role; the router switches once the new revision has Ready as many "
+        "replicas of each role as the old one still runs.",
+        default="Surge", enum=ROLLOUT_STRATEGIES)
+    max_surge: int = field("maxSurge is the replicas per role a Stepped rollout adds at a time, and the most that "
+                           "run beyond the wanted count. Default 1. Changes outside the PD contract roll a pool in "
+                           "place with this surge (1 under Surge) and no unavailable replica.",
+                           default=1, minimum=1, maximum=64)
+
+
+@dataclass
 class SpecServingSpec:
     """The desired state of one PD-disaggregated SGLang deployment with speculative decoding."""
 
@@ -466,6 +485,8 @@ class SpecServingSpec:
                                    default_factory=TransferSpec)
     router: RouterSpec = field("router is the SGLang router in PD service-discovery mode.",
                                default_factory=RouterSpec)
+    rollout: RolloutSpec = field("rollout chooses how a change to the PD contract rolls out (docs/rollouts.md).",
+                                 default_factory=RolloutSpec)
 
     def pool(self, role: str) -> PoolSpec:
         """The prefill or the decode pool, by role (api.naming.PREFILL or DECODE)."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 ROLE = "specserving.io/role"
 INSTANCE = "specserving.io/instance"
+# The PD-contract revision of a pool's workload and pods, and of the router pods that pair it (docs/rollouts.md).
+REVISION = "specserving.io/revision"
 BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
 MULTUS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
@@ -18,6 +20,11 @@ from specserving.api.naming import ROUTER as ROUTER
 def selector(instance: str, role: str) -> dict[str, str]:
     """The labels that select one role's pods of one SpecServing. They never change after creation."""
     return {INSTANCE: instance, ROLE: role}
+
+
+def pool_selector(instance: str, role: str, revision: str) -> dict[str, str]:
+    """The labels that select one role's pods of one revision: a workload's selector, and the router's."""
+    return {**selector(instance, role), REVISION: revision}
 
 
 def labels(instance: str, role: str) -> dict[str, str]:

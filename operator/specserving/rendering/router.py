@@ -52,21 +52,22 @@ def dp_aware(spec: SpecServingSpec) -> bool:
     return spec.engine.enable_dp_attention and spec.engine.dp > 1 and implementation(spec) in DP_AWARE_WORKS
 
 
-def _selector_args(name: str, spec: SpecServingSpec, role: str) -> list[str]:
-    sel = L.selector(name, role)
+def _selector_args(name: str, spec: SpecServingSpec, role: str, revision: str) -> list[str]:
+    sel = L.pool_selector(name, role, revision)
     pool = spec.pool(role)
     if pool.nodes_per_replica > 1:
         sel[L.LWS_WORKER_INDEX] = "0"  # only a LeaderWorkerSet's leader serves HTTP
     return [f"{k}={v}" for k, v in sorted(sel.items())]
 
 
-def router_args(name: str, spec: SpecServingSpec) -> list[str]:
+def router_args(name: str, spec: SpecServingSpec, revision: str) -> list[str]:
     """The command-line flags, spelled as both implementations' parsers accept them, plus smg's own where it
-    needs one (the decode_path tier runs the chosen implementation's parser on them for every SGLang version)."""
+    needs one (the decode_path tier runs the chosen implementation's parser on them for every SGLang version).
+    The selectors name one PD-contract revision: the router never pairs pods of two."""
     r = spec.router
     args = ["--pd-disaggregation", "--service-discovery",
-            "--prefill-selector", *_selector_args(name, spec, L.PREFILL),
-            "--decode-selector", *_selector_args(name, spec, L.DECODE),
+            "--prefill-selector", *_selector_args(name, spec, L.PREFILL, revision),
+            "--decode-selector", *_selector_args(name, spec, L.DECODE, revision),
             "--service-discovery-namespace", "$(POD_NAMESPACE)",
             "--service-discovery-port", str(spec.engine.port),
             "--policy", r.policy]
@@ -85,8 +86,15 @@ def router_args(name: str, spec: SpecServingSpec) -> list[str]:
     return args + list(r.extra_args or [])
 
 
-def render_router(name: str, spec: SpecServingSpec, image: ResolvedImage) -> list[dict[str, Any]]:
-    """The router's ServiceAccount, Role, RoleBinding, Deployment and Service."""
+# How long a router pod that is leaving stays in its Service's endpoints while requests still arrive, before it
+# gets SIGTERM (endpoint removal propagates to kube-proxy asynchronously).
+ROUTER_PRESTOP_SECONDS = 5
+
+
+def render_router(name: str, spec: SpecServingSpec, image: ResolvedImage, revision: str,
+                  deployment: bool = True) -> list[dict[str, Any]]:
+    """The router's ServiceAccount, Role, RoleBinding, Deployment (pairing `revision`; left out with
+    `deployment=False`, while a rollout keeps the router on the revision it serves) and Service."""
     rname = child_name(name, L.ROUTER)
     labels = L.labels(name, L.ROUTER)
     meta = {"name": rname, "labels": labels}
@@ -95,13 +103,18 @@ def render_router(name: str, spec: SpecServingSpec, image: ResolvedImage) -> lis
         "image": spec.router.image or image.ref,
         "imagePullPolicy": spec.image.pull_policy,
         "command": list(LAUNCHERS[implementation(spec)]),
-        "args": router_args(name, spec),
+        "args": router_args(name, spec, revision),
         "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
         "ports": [{"name": "http", "containerPort": spec.router.port, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
         "resources": spec.router.resources or DEFAULT_RESOURCES,
-        "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 5},
+        # /readiness answers 503 until the router has a healthy prefill and decode worker (both sglang-router
+        # 0.3.2 and smg 1.13.0, measured): a router pod joins its Service only once it can pair a request, which
+        # is what lets a rollout switch revisions by rolling the router (docs/rollouts.md).
+        "readinessProbe": {"httpGet": {"path": "/readiness", "port": "http"}, "periodSeconds": 2,
+                           "failureThreshold": 2},
         "livenessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 20, "failureThreshold": 3},
+        "lifecycle": {"preStop": {"sleep": {"seconds": ROUTER_PRESTOP_SECONDS}}},
         "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "allowPrivilegeEscalation": False,
                             "capabilities": {"drop": ["ALL"]}},
     }
@@ -112,19 +125,26 @@ def render_router(name: str, spec: SpecServingSpec, image: ResolvedImage) -> lis
         pod_spec["tolerations"] = [dict(t) for t in spec.router.tolerations]
     if spec.image.pull_secrets:
         pod_spec["imagePullSecrets"] = [{"name": s.name} for s in spec.image.pull_secrets]
-    return [
+    template_labels = {**labels, L.REVISION: revision}
+    objs: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
          "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": rname},
          "subjects": [{"kind": "ServiceAccount", "name": rname}]},
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
-         "spec": {"replicas": spec.router.replicas, "selector": {"matchLabels": L.selector(name, L.ROUTER)},
-                  "template": {"metadata": {"labels": labels}, "spec": pod_spec}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": meta,
          "spec": {"type": spec.router.service_type, "selector": L.selector(name, L.ROUTER),
                   "ports": [{"name": "http", "port": spec.router.port, "targetPort": "http", "protocol": "TCP"},
                             {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics",
                              "protocol": "TCP"}]}},
     ]
+    if deployment:
+        # A new router pod is Ready (and so paired) before an old one leaves: the switch drops no request.
+        objs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+                     "spec": {"replicas": spec.router.replicas,
+                              "selector": {"matchLabels": L.selector(name, L.ROUTER)},
+                              "strategy": {"type": "RollingUpdate",
+                                           "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                              "template": {"metadata": {"labels": template_labels}, "spec": pod_spec}}})
+    return objs
