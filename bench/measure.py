@@ -156,8 +156,10 @@ def baseline(cluster: Cluster, n: int, ns: str, rec: Recorder, s: Settings,
         "samples": _samples(times, starts, created, ready),
         "apiserver_requests": _apiserver_requests(a1, a0),
     }
-    out["scale"] = _scale(cluster, n, ns, rec, s, lambda i, r: ("deployment", f"{W.name(i)}-decode", r),
-                          operator=None)
+    decode = {i: next(c["metadata"]["name"] for c in g if c["kind"] == "Deployment"
+                      and c["metadata"]["labels"].get("specserving.io/role") == "decode")
+              for i, g in enumerate(groups)}
+    out["scale"] = _scale(cluster, n, ns, rec, s, lambda i, r: ("deployment", decode[i], r), operator=None)
     log(f"N={n} baseline: children p50 {out['children']['p50']:.3f} s, Ready p50 {out['ready']['p50']:.3f} s")
     return out
 

@@ -233,3 +233,47 @@ def test_transitions_are_status_changes_and_new_bad_news() -> None:
 def test_merge_orders_conditions() -> None:
     out = merge(None, [{"type": "Ready", "status": "True"}, {"type": "Admitted", "status": "True"}], T0)
     assert [c["type"] for c in out] == ["Admitted", "Ready"]
+
+
+def rolling(step_pods: list[dict] | None = None) -> Observation:
+    from specserving.reconcile.status import RolloutView
+    from specserving.rollout import Pools, Router, Strategy, decide
+
+    pools = {"aaaa1111": Pools({"prefill": 1, "decode": 2}, {"prefill": 1, "decode": 2}, 3),
+             "bbbb2222": Pools({"prefill": 1, "decode": 2}, {"prefill": 1, "decode": 0}, 3)}
+    d = decide("bbbb2222", {"prefill": 1, "decode": 2}, Strategy(), pools, Router("aaaa1111"))
+    view = RolloutView("bbbb2222", d, "Surge", "aaaa1111", {"prefill": 1, "decode": 0},
+                       next((f"pod {p['metadata']['name']}: {p['status']['conditions'][-1]['message']}"
+                             for p in step_pods or []), None))
+    o = observe()
+    return Observation(**{**o.__dict__, "rollout": view})
+
+
+def test_a_rollout_reports_its_step_and_revisions_and_stays_ready() -> None:
+    s = compute(rolling(), T0)
+    assert s["revision"] == "bbbb2222" and s["servingRevision"] == "aaaa1111"
+    assert s["rollout"] == {"fromRevision": "aaaa1111", "toRevision": "bbbb2222", "strategy": "Surge",
+                            "step": "ScalingUpNew", "description": "revision bbbb2222 to prefill 1, decode 2",
+                            "servingRevision": "aaaa1111"}
+    p = cond(s, "Progressing")
+    assert (p["status"], p["reason"]) == ("True", "ScalingUpNew")
+    assert "Ready in revision bbbb2222: prefill 1, decode 0" in p["message"]
+    assert cond(s, "Ready")["status"] == "True"  # the old revision serves throughout
+
+
+def test_an_unschedulable_new_revision_is_named_and_the_old_keeps_serving() -> None:
+    blocked = {"metadata": {"name": "sv-decode-bbbb2222-x"}, "status": {"conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/8 nodes are available: 8 Insufficient nvidia.com/gpu."}]}}
+    s = compute(rolling([blocked]), T0)
+    p = cond(s, "Progressing")
+    assert (p["status"], p["reason"]) == ("False", R.NEW_REVISION_UNSCHEDULABLE)
+    assert "0/8 nodes are available" in p["message"] and "revision aaaa1111 keeps serving" in p["message"]
+
+
+def test_pod_summary_carries_revision_and_the_schedulers_message() -> None:
+    p = pod_of({"metadata": {"name": "x", "labels": {"specserving.io/role": "decode",
+                                                      "specserving.io/revision": "bbbb2222"}},
+                "status": {"phase": "Pending", "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "no node"}]}})
+    assert (p.revision, p.unschedulable) == ("bbbb2222", "no node")

@@ -33,12 +33,15 @@ from specserving.reconcile.events import post
 from specserving.reconcile.image import BuildConfig, ImageVerdict
 from specserving.rendering import labels as L
 from specserving.rendering.kinds import kind_of
+from specserving.reconcile import rollouts
 from specserving.reconcile.observed import Child, ChildRef, Workload, ref_of
 from specserving.reconcile.plan import Plan, make_plan, missing_builder
 from specserving.reconcile.queue import WorkQueue
 from specserving.reconcile.scaledown import ScaleDown
 from specserving.reconcile.serving import ServingChecks, Target, rollout_of
-from specserving.reconcile.state import Applied, Key, OwnerState
+from specserving.reconcile.state import Applied, Key, OwnerState, RolloutState
+from specserving.rendering.image import ResolvedImage
+from specserving.rollout import ROLES, decide
 from specserving.reconcile.watched import Watched
 
 log = logging.getLogger("specserving.reconcile")
@@ -171,9 +174,8 @@ class Controller(Watched):
                     unrunnable = missing_builder(plan.spec, verdict.image, self.build.table)
                     if unrunnable:
                         raise Blocked(R.IMAGE_LACKS_BUILDER, unrunnable, retry=None)
-                    children = plan.children_for(verdict.image)
-                    await self._check_kinds(children)
-                    await self._apply(key, st, body, plan, children)
+                    await self._check_kinds(plan.children_for(verdict.image))
+                    await self._apply(key, st, body, plan, verdict.image)
             except Blocked as exc:
                 problem = exc
             except ApiError as exc:
@@ -201,10 +203,21 @@ class Controller(Watched):
         if missing:
             raise Blocked(R.DEPENDENCY_MISSING, "; ".join(missing), retry=DEPENDENCY_RETRY_SECONDS)
 
-    async def _apply(self, key: Key, st: OwnerState, body: dict[str, Any], plan: Plan,
-                     rendered: tuple[dict[str, Any], ...]) -> None:
+    async def _apply(self, key: Key, st: OwnerState, body: dict[str, Any], plan: Plan, image: ResolvedImage,
+                     ) -> None:
+        assert plan.spec is not None
         observed = self.children(key)
-        await self.scale_down.prepare(key, body, plan, observed)
+        # Which revision the pools and the router are at, and the rollout's next step (rollout.decide).
+        revisions = rollouts.observe(key, plan.uid, observed, self.pods(key))
+        target = plan.revision_for(image)
+        wanted = {role: plan.spec.pool(role).replicas for role in ROLES}
+        decision = decide(target, wanted, rollouts.strategy_of(plan.spec), revisions.pools, revisions.router)
+        st.rollout = RolloutState(target, decision, rollouts.strategy_of(plan.spec).name)
+        router_rendered = decision.router == target
+        rendered = plan.children_for(image, decision.replicas.get(target), router_rendered)
+        port = plan.spec.engine.port
+        for role, child in revisions.workloads.get(target, {}).items():
+            await self.scale_down.prepare(key, body, port, child.workload, decision.replicas[target][role])
         created, repaired = [], []
         if st.digests is None or st.digests[0] is not rendered:
             st.digests = (rendered, tuple(digest(d) for d in rendered))
@@ -250,7 +263,11 @@ class Controller(Watched):
             else:
                 await post(self.kube, body, R.DRIFT_REPAIRED, "restored children changed or deleted outside the "
                                   f"operator: {names}")
+        await rollouts.move_others(self.kube, self.scale_down, key, body, port, revisions, target, decision)
+        keep = rollouts.kept(revisions, target, router_rendered)
         for child in prunable(rendered, observed.values(), plan.uid):
+            if child.ref in keep:
+                continue
             row = kind_of({"apiVersion": child.api_version, "kind": child.ref.kind})
             res = await asyncio.to_thread(self.kube.resource, child.api_version, child.ref.kind)
             if res is None:
@@ -269,13 +286,30 @@ class Controller(Watched):
 
     # -- status ---------------------------------------------------------------------------------------------------
 
-    def _workloads(self, key: Key) -> dict[str, Workload | None]:
-        observed = self.children(key)
-        out: dict[str, Workload | None] = {}
-        for role in S.POOLS:
-            name = child_name(key[1], role)
-            out[role] = next((c.workload for c in observed.values() if c.workload and c.ref.name == name), None)
-        return out
+    def _rollout_view(self, key: Key, st: OwnerState, plan: Plan) -> tuple[dict[str, Workload | None],
+                                                                          S.RolloutView | None]:
+        """The workloads the pool conditions describe (the serving revision's, and the router), and the rollout
+        as the status reports it."""
+        pods = self.pods(key)
+        revisions = rollouts.observe(key, plan.uid, self.children(key), pods)
+        out: dict[str, Workload | None] = {role: None for role in S.POOLS}
+        out[L.ROUTER] = revisions.router_workload
+        if st.rollout is None:
+            # Nothing was applied by this process yet: describe the only revision there is, if one.
+            only = next(iter(revisions.workloads.values())) if len(revisions.workloads) == 1 else {}
+            for role, child in only.items():
+                out[role] = child.workload
+            return out, None
+        d, target = st.rollout.decision, st.rollout.target
+        shown = d.serving if d.serving is not None and d.serving in revisions.workloads else target
+        for role, child in revisions.workloads.get(shown, {}).items():
+            out[role] = child.workload
+        new = [p for p in pods if p.revision == target and p.role in ROLES]
+        view = S.RolloutView(target=target, decision=d, strategy=st.rollout.strategy, shown=shown,
+                             new_ready={role: sum(1 for p in new if p.role == role and p.ready) for role in ROLES},
+                             unschedulable=next((f"pod {p.name}: {p.unschedulable}" for p in new
+                                                 if p.unschedulable and not p.deleting), None))
+        return out, view
 
     def _old_status(self, st: OwnerState, body: dict[str, Any]) -> dict[str, Any] | None:
         seen = body.get("status")
@@ -285,13 +319,18 @@ class Controller(Watched):
 
     async def _report(self, key: Key, st: OwnerState, body: dict[str, Any], plan: Plan, outcome: S.Outcome,
                       old: dict[str, Any] | None) -> None:
-        workloads = self._workloads(key)
+        workloads, view = self._rollout_view(key, st, plan)
         pods = self.pods(key)
         rollout = rollout_of(plan.generation, pods)
         checking = self.serving.enabled and plan.spec is not None and plan.spec.router.serving_check == "Enabled"
+        desired = plan.desired()
+        if desired is not None and view is not None and view.shown != view.target:
+            # The serving revision is what the pool conditions describe until the router switches: its replicas
+            # are the ones the rollout left it.
+            desired = {**desired, **{role: w.spec_replicas for role in ROLES if (w := workloads.get(role))}}
         obs = S.Observation(
-            name=key[1], namespace=key[0], generation=plan.generation, outcome=outcome, desired=plan.desired(),
-            workloads=workloads, pods=pods, old=old,
+            name=key[1], namespace=key[0], generation=plan.generation, outcome=outcome, desired=desired,
+            workloads=workloads, pods=pods, old=old, rollout=view,
             image=outcome.image.status_image if outcome.image is not None else plan.image_status(),
             router_port=plan.spec.router.port if plan.spec else None,
             serving_check=checking, serving=self.serving.result(key, rollout))
@@ -314,6 +353,13 @@ class Controller(Watched):
                 raise
             self.metrics.status_writes.inc()
             st.written = (body.get("status"), new)
+        if view is not None and view.decision.rolling:
+            d = view.decision
+            posted = (view.target, d.step or "", d.description)
+            if st.rollout_posted != posted:
+                st.rollout_posted = posted
+                await post(self.kube, body, d.step or "", f"rollout from revision {d.source} to {view.target} "
+                           f"({view.strategy}): {d.description}")
         for t in C.transitions((old or {}).get("conditions"), new["conditions"]):
             if st.posted.get(t.type) != (t.status, t.reason):
                 st.posted[t.type] = (t.status, t.reason)

@@ -46,16 +46,30 @@ class Workload:
     updated: int
     # The message of a Progressing=False/ProgressDeadlineExceeded condition, if the workload has one.
     deadline_exceeded: str | None = None
+    role: str = ""
+    # The PD-contract revision of the workload ("" for workloads from before revisions), and the one its pod
+    # template carries (what the router's pods pair).
+    revision: str = ""
+    template_revision: str = ""
 
     @property
     def current(self) -> bool:
         """The workload controller has seen the latest spec, so the counts describe it."""
         return self.observed_generation >= self.generation
 
+    @property
+    def settled(self) -> bool:
+        """Every replica runs the latest template and is Ready, and no older one is left."""
+        return (self.current and self.updated >= self.spec_replicas and self.replicas == self.spec_replicas
+                and self.ready >= self.spec_replicas)
+
 
 def workload_of(body: dict[str, Any]) -> Workload:
     """Summarise a Deployment or LeaderWorkerSet (both report replicas, readyReplicas, updatedReplicas)."""
     meta, spec, status = body.get("metadata", {}), body.get("spec", {}), body.get("status") or {}
+    labels = meta.get("labels") or {}
+    template = spec.get("template") or (spec.get("leaderWorkerTemplate") or {}).get("leaderTemplate") or {}
+    template_labels = (template.get("metadata") or {}).get("labels") or {}
     deadline = None
     for cond in status.get("conditions") or []:
         if cond.get("type") == "Progressing" and cond.get("status") == "False" \
@@ -71,6 +85,9 @@ def workload_of(body: dict[str, Any]) -> Workload:
         ready=int(status.get("readyReplicas", 0)),
         updated=int(status.get("updatedReplicas", 0)),
         deadline_exceeded=deadline,
+        role=labels.get(L.ROLE, ""),
+        revision=labels.get(L.REVISION, ""),
+        template_revision=template_labels.get(L.REVISION, ""),
     )
 
 
@@ -153,6 +170,7 @@ class Pod:
     phase: str
     ready: bool
     deleting: bool
+    revision: str = ""
     ip: str | None = None
     template_hash: str | None = None
     deletion_cost: str | None = None
@@ -160,6 +178,8 @@ class Pod:
     reason: str | None = None
     message: str | None = None
     containers: tuple[ContainerState, ...] = ()
+    # The scheduler's message while the pod cannot be placed (PodScheduled False, Unschedulable).
+    unschedulable: str | None = None
 
 
 def pod_of(body: dict[str, Any]) -> Pod:
@@ -171,6 +191,7 @@ def pod_of(body: dict[str, Any]) -> Pod:
         name=meta.get("name", ""),
         uid=meta.get("uid", ""),
         role=labels.get(L.ROLE, ""),
+        revision=labels.get(L.REVISION, ""),
         phase=status.get("phase") or "Pending",
         ready=ready,
         deleting=bool(meta.get("deletionTimestamp")),
@@ -181,4 +202,7 @@ def pod_of(body: dict[str, Any]) -> Pod:
         reason=status.get("reason"),
         message=status.get("message"),
         containers=tuple(container_of(cs) for cs in statuses),
+        unschedulable=next((c.get("message") or "unschedulable" for c in status.get("conditions") or []
+                            if c.get("type") == "PodScheduled" and c.get("status") == "False"
+                            and c.get("reason") == "Unschedulable"), None),
     )

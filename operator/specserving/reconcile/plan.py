@@ -3,6 +3,7 @@ caller per (uid, generation); rendering for an image that a build produced is ca
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,7 @@ from specserving.imagebuild.planning import plan as plan_image
 from specserving.reconcile.image import BuildConfig, pd_builders
 from specserving.rendering import labels as L
 from specserving.rendering import render
+from specserving.rendering.contract import revision as contract_revision
 from specserving.rendering.image import ResolvedImage, base_image
 from specserving.validation import validate
 
@@ -38,7 +40,8 @@ class Plan:
     obj: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     # The capability table the plan was made with (the operator's, or a test's).
     table: CapabilityTable = field(default_factory=load_capabilities, repr=False, compare=False)
-    _rendered: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict, repr=False, compare=False)
+    _rendered: dict[tuple[Any, ...], tuple[dict[str, Any], ...]] = field(default_factory=dict, repr=False,
+                                                                          compare=False)
 
     @property
     def admitted(self) -> bool:
@@ -65,14 +68,27 @@ class Plan:
                 out["pdBuilders"] = pd_builders(verdict)
         return out
 
-    def children_for(self, image: ResolvedImage) -> tuple[dict[str, Any], ...]:
-        """The children with the pools on `image` (rendered once per image)."""
-        if self.image is not None and image == self.image and self.children:
+    def revision_for(self, image: ResolvedImage) -> str:
+        """The PD-contract revision of the spec on `image`."""
+        assert self.spec is not None
+        return contract_revision(self.spec, image, self.table)
+
+    def children_for(self, image: ResolvedImage, replicas: Mapping[str, int] | None = None,
+                     router_deployment: bool = True) -> tuple[dict[str, Any], ...]:
+        """The children with the pools on `image`, at `replicas` per role (default: the spec's) and with or
+        without the router Deployment (rendered once per combination)."""
+        wanted = self.desired() or {}
+        counts = tuple(sorted((replicas or {}).items()))
+        if all(wanted.get(role) == n for role, n in counts):
+            counts = ()  # the spec's own replicas: the same rendering as without an override
+        if self.image is not None and image == self.image and self.children and not counts and router_deployment:
             return self.children
-        if image.ref not in self._rendered:
+        key = (image.ref, counts, router_deployment)
+        if key not in self._rendered:
             assert self.spec is not None  # only admitted plans are rendered
-            self._rendered[image.ref] = tuple(render(self.spec, self.obj["metadata"], image))
-        return self._rendered[image.ref]
+            self._rendered[key] = tuple(render(self.spec, self.obj["metadata"], image, replicas=dict(counts),
+                                               router_deployment=router_deployment, table=self.table))
+        return self._rendered[key]
 
 
 def make_plan(obj: dict[str, Any], build: BuildConfig | None = None) -> Plan:
@@ -98,7 +114,7 @@ def make_plan(obj: dict[str, Any], build: BuildConfig | None = None) -> Plan:
         return Plan(uid, generation, warnings=warnings, spec=spec, image=image, image_plan=image_plan,
                     unrunnable=problem, obj=clean, table=build.table)
     return Plan(uid, generation, warnings=warnings, spec=spec, image=image, image_plan=image_plan,
-                children=tuple(render(spec, meta, image)), obj=clean, table=build.table)
+                children=tuple(render(spec, meta, image, table=build.table)), obj=clean, table=build.table)
 
 
 def missing_builder(spec: SpecServingSpec, image: ResolvedImage, table: CapabilityTable) -> str | None:

@@ -38,6 +38,9 @@ NOT_ADMITTED = "NotAdmitted"
 ROLLING_OUT = "RollingOut"
 ROLLOUT_COMPLETE = "RolloutComplete"
 PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
+# A rollout's new revision has a pod the scheduler cannot place (no spare GPU node for a surge): the old revision
+# keeps serving. While a rollout runs, Progressing's reason is otherwise its step (rollout.STEPS).
+NEW_REVISION_UNSCHEDULABLE = "NewRevisionUnschedulable"
 
 # Ready (plus INVALID_SPEC, DEPENDENCY_MISSING, APPLY_FAILED).
 ALL_POOLS_READY = "AllPoolsReady"
@@ -73,7 +76,7 @@ BUILD_STARTED = "BuildStarted"  # the build Job was created
 # Reasons that are bad news: their events are Warnings.
 WARNING_REASONS = frozenset({
     INVALID_SPEC, DEPENDENCY_MISSING, APPLY_FAILED, IMAGE_LACKS_BUILDER, BUILD_FAILED, REGISTRY_MISSING,
-    PROGRESS_DEADLINE_EXCEEDED,
+    PROGRESS_DEADLINE_EXCEEDED, NEW_REVISION_UNSCHEDULABLE,
     CRASH_LOOP_BACK_OFF, CONTAINER_FAILED, IMAGE_PULL_FAILED, POD_FAILED, CHILD_APPLY_FAILED,
     REQUEST_FAILED, ROUTER_UNREACHABLE,
 })

@@ -1,6 +1,6 @@
-"""Scale-down of the decode pool: which pod goes first. Before the Deployment loses replicas, each decode pod gets a
-pod-deletion-cost from its running requests (annotated by the user, or read from SGLang's /metrics), so the
-ReplicaSet controller removes the idlest first."""
+"""Scale-down of a pool's workload (a `kubectl scale`, or a rollout giving replicas back): which pod goes first.
+Before the Deployment loses replicas, each of its pods gets a pod-deletion-cost from its running requests
+(annotated by the user, or read from SGLang's /metrics), so the ReplicaSet controller removes the idlest first."""
 
 from __future__ import annotations
 
@@ -10,15 +10,12 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from specserving.api.naming import child_name
 from specserving.kube import Kube, Resource
 from specserving.reconcile import costs
 from specserving.reconcile import reasons as R
 from specserving.reconcile.events import post
-from specserving.reconcile.observed import DELETION_COST, Child, ChildRef, Pod
-from specserving.reconcile.plan import Plan
+from specserving.reconcile.observed import DELETION_COST, Pod, Workload
 from specserving.reconcile.state import Key
-from specserving.rendering import labels as L
 
 PODS = Resource("v1", "Pod", "pods", True)
 LOAD_PROBE_TIMEOUT = 1.0
@@ -27,23 +24,21 @@ COST_SETTLE_SECONDS = 2.0
 
 
 class ScaleDown:
-    """Sets pod-deletion-cost on decode pods when the decode Deployment is about to lose replicas."""
+    """Sets pod-deletion-cost on a pool's pods when its Deployment is about to lose replicas."""
 
     def __init__(self, kube: Kube, pods_of: Callable[[Key], list[Pod]], probe_load: bool) -> None:
         self.kube, self.pods_of, self.probe_load = kube, pods_of, probe_load
 
-    async def prepare(self, key: Key, body: dict[str, Any], plan: Plan,
-                      observed: Mapping[ChildRef, Child]) -> None:
-        assert plan.spec is not None
-        wanted = plan.spec.decode.replicas
-        current = next((c.workload for c in observed.values() if c.workload and c.ref.kind == "Deployment"
-                        and c.ref.name == child_name(key[1], L.DECODE)), None)
-        if current is None or wanted >= current.spec_replicas:
+    async def prepare(self, key: Key, body: dict[str, Any], port: int, current: Workload | None,
+                      wanted: int) -> None:
+        """Before `current` (one revision's prefill or decode workload) goes down to `wanted` replicas."""
+        if current is None or current.kind != "Deployment" or wanted >= current.spec_replicas:
             return
-        pods = costs.candidates(p for p in self.pods_of(key) if p.role == L.DECODE)
+        pods = costs.candidates(p for p in self.pods_of(key)
+                                if p.role == current.role and p.revision == current.revision)
         loads = {p.name: load for p in pods if (load := costs.annotated_load(p)) is not None}
         if self.probe_load:
-            loads.update(await self._probe_loads([p for p in pods if p.name not in loads], plan.spec.engine.port))
+            loads.update(await self._probe_loads([p for p in pods if p.name not in loads], port))
         changes = costs.costs(pods, loads)
         for name, cost in changes.items():
             await asyncio.to_thread(self.kube.merge_patch, PODS, key[0], name,
@@ -51,8 +46,9 @@ class ScaleDown:
         if changes:
             await self._await_costs(key, changes)
             detail = ", ".join(f"{n}={c}" for n, c in sorted(changes.items(), key=lambda x: int(x[1])))
-            await post(self.kube, body, R.DELETION_COST_SET, f"decode scales from {current.spec_replicas} to "
-                       f"{wanted} replicas; pod-deletion-cost from running requests (lowest goes first): {detail}")
+            await post(self.kube, body, R.DELETION_COST_SET, f"{current.role} ({current.name}) scales from "
+                       f"{current.spec_replicas} to {wanted} replicas; pod-deletion-cost from running requests "
+                       f"(lowest goes first): {detail}")
 
     async def _await_costs(self, key: Key, changes: Mapping[str, str]) -> None:
         """Give the watches (ours, and so the ReplicaSet controller's) a moment to see the new costs."""

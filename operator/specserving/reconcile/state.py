@@ -8,8 +8,18 @@ from typing import Any
 
 from specserving.reconcile.observed import ChildRef
 from specserving.reconcile.plan import Plan
+from specserving.rollout import Decision
 
 Key = tuple[str, str]  # (namespace, name)
+
+
+@dataclass(frozen=True)
+class RolloutState:
+    """The last pass's rollout decision, for the status report."""
+
+    target: str
+    decision: Decision
+    strategy: str
 
 
 @dataclass
@@ -42,3 +52,6 @@ class OwnerState:
     posted: dict[str, tuple[str, str]] = field(default_factory=dict)
     # The digests of a rendering (renderings are cached per plan), so a pass does not hash every child again.
     digests: tuple[tuple[dict[str, Any], ...], tuple[str, ...]] | None = None
+    rollout: RolloutState | None = None
+    # The last rollout step posted as an event: (target, step, description).
+    rollout_posted: tuple[str, str, str] | None = None

@@ -18,6 +18,7 @@ from specserving.reconcile.image import ImageVerdict
 from specserving.reconcile.observed import Pod, Workload
 from specserving.reconcile.serving import Result, condition_fields
 from specserving.rendering import labels as L
+from specserving.rollout import ROLES, Decision, shown
 
 POOLS = (L.PREFILL, L.DECODE, L.ROUTER)
 POOL_CONDITION = {L.PREFILL: R.PREFILL_READY, L.DECODE: R.DECODE_READY, L.ROUTER: R.ROUTER_READY}
@@ -43,6 +44,20 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class RolloutView:
+    """The rollout between PD-contract revisions as the last pass decided it."""
+
+    target: str
+    decision: Decision
+    strategy: str
+    # The revision the pool conditions describe: the serving one until the router switches, then the target.
+    shown: str
+    new_ready: Mapping[str, int] = field(default_factory=dict)
+    # The first new-revision pod the scheduler cannot place, with its message.
+    unschedulable: str | None = None
+
+
+@dataclass(frozen=True)
 class Observation:
     """Everything `compute` reads."""
 
@@ -60,6 +75,7 @@ class Observation:
     # ServingVerified: whether the check is on for this SpecServing, and the latest result for its rollout.
     serving_check: bool = False
     serving: Result | None = None
+    rollout: RolloutView | None = None
 
 
 def _pool_status(name: str, role: str, desired: int | None, w: Workload | None) -> dict[str, Any]:
@@ -128,6 +144,18 @@ def _progress(o: Observation, gen: int) -> dict[str, Any]:
             return C.condition(R.PROGRESSING, C.FALSE, R.PROGRESS_DEADLINE_EXCEEDED,
                                f"{w.kind} {w.name}: {w.deadline_exceeded}", gen)
     assert o.desired is not None  # an admitted spec always has replicas
+    r = o.rollout
+    if r is not None and r.decision.rolling:
+        d = r.decision
+        new = ", ".join(f"{role} {r.new_ready.get(role, 0)}" for role in ROLES)
+        head = f"rollout from revision {d.source} to {shown(r.target)} ({r.strategy})"
+        if r.unschedulable and d.step != "DrainingOld":
+            return C.condition(R.PROGRESSING, C.FALSE, R.NEW_REVISION_UNSCHEDULABLE,
+                               f"{head} cannot place the new revision: {r.unschedulable}; revision "
+                               f"{shown(d.serving)} keeps serving", gen)
+        return C.condition(R.PROGRESSING, C.TRUE, d.step or R.ROLLING_OUT,
+                           f"{head}, step {d.step}: {d.description}; Ready in revision {shown(r.target)}: {new}",
+                           gen)
     moving = []
     for role in POOLS:
         w, desired = o.workloads.get(role), o.desired[role]
@@ -221,6 +249,20 @@ def compute(o: Observation, now: str) -> dict[str, Any]:
                                     o.workloads.get(role))
     if o.image:
         status["image"] = o.image
+    if o.rollout is not None:
+        d = o.rollout.decision
+        status["revision"] = o.rollout.target
+        if d.serving is not None:
+            status["servingRevision"] = shown(d.serving)
+        if d.rolling:
+            status["rollout"] = {"fromRevision": d.source, "toRevision": o.rollout.target,
+                                 "strategy": o.rollout.strategy, "step": d.step, "description": d.description,
+                                 "servingRevision": shown(d.serving) if d.serving is not None else "switching"}
+    elif o.old is not None:
+        # A pass that decided nothing about revisions (the spec is refused, the image is building) keeps them.
+        for k in ("revision", "servingRevision", "rollout"):
+            if k in o.old:
+                status[k] = o.old[k]
     return status
 
 
