@@ -12,27 +12,29 @@ from specserving.api.loading import spec_of
 from specserving.api.types import SpecServingSpec
 from specserving.capabilities import CapabilityTable
 from specserving.problems import Problem, Report
+from specserving.rendering import contract
+from specserving.rendering.image import base_image
 from specserving.validation import Validation, validate
 
 
-def _unsafe_update(new_spec: SpecServingSpec, old: dict[str, Any]) -> Report:
-    """Changes that cannot be rolled out without breaking serving pods that are running."""
+def _rollout_warning(new_spec: SpecServingSpec, old: dict[str, Any], table: CapabilityTable | None) -> Report:
+    """An update that changes the PD contract rolls out as a new revision beside the old one: say so, and what
+    it needs (docs/rollouts.md). Nothing is refused: revisions never pair with each other."""
     report = Report()
     old_spec = spec_of(old)
-    running = old_spec.prefill.replicas + old_spec.decode.replicas
-    if new_spec.transfer.backend != old_spec.transfer.backend and running:
-        report.errors.append(Problem("spec.transfer.backend", (
-            f"Forbidden: changing the KV transfer backend from {old_spec.transfer.backend} to "
-            f"{new_spec.transfer.backend} while pools run would pair prefill and decode pods that cannot talk "
-            "during the rollout; scale spec.prefill.replicas and spec.decode.replicas to 0 first, or create a "
-            "new SpecServing")))
-    for role, new_pool, old_pool in (("prefill", new_spec.prefill, old_spec.prefill),
-                                     ("decode", new_spec.decode, old_spec.decode)):
-        if new_pool.nodes_per_replica != old_pool.nodes_per_replica and old_pool.replicas:
-            report.errors.append(Problem(f"spec.{role}.nodesPerReplica", (
-                f"Forbidden: changing nodesPerReplica from {old_pool.nodes_per_replica} to "
-                f"{new_pool.nodes_per_replica} replaces the {role} workload (Deployment and LeaderWorkerSet) and "
-                f"stops all {old_pool.replicas} replica(s) at once; scale spec.{role}.replicas to 0 first")))
+    before = contract.fields(old_spec, base_image(old_spec), table)
+    after = contract.fields(new_spec, base_image(new_spec), table)
+    causes = contract.changed(before, after)
+    if not causes or not (old_spec.prefill.replicas or old_spec.decode.replicas):
+        return report
+    if new_spec.rollout.strategy == "Surge":
+        need = (f"Surge starts prefill {new_spec.prefill.replicas} and decode {new_spec.decode.replicas} new "
+                "replica(s) beside the old ones, so it needs nodes for them")
+    else:
+        need = f"Stepped needs {new_spec.rollout.max_surge} spare node(s) per role at a time"
+    report.warnings.append(Problem("spec", (
+        f"changes the PD contract ({', '.join(causes)}): rolls out as a new revision, paired by the router only "
+        f"once both its pools are Ready; {need}; `specserving plan` shows the steps")))
     return report
 
 
@@ -44,7 +46,7 @@ def review(new: dict[str, Any], old: dict[str, Any] | None, table: CapabilityTab
     """
     report = validate(new, table, run_cel=False)
     if old is not None and report.ok and report.spec is not None and not _deleting(new):
-        report.extend(_unsafe_update(report.spec, old))
+        report.extend(_rollout_warning(report.spec, old, table))
     return report
 
 

@@ -27,28 +27,32 @@ def test_create_warnings_are_returned() -> None:
     assert report.ok and report.warnings
 
 
-def test_update_of_the_algorithm_is_allowed() -> None:
-    assert review(seed(**{"spec.speculative.algorithm": "EAGLE"}), seed()).ok
+def test_update_of_the_algorithm_is_allowed_with_a_rollout_warning() -> None:
+    report = review(seed(**{"spec.speculative.algorithm": "EAGLE"}), seed())
+    assert report.ok
+    (warning,) = [w for w in report.warnings if w.path == "spec"]
+    assert "changes the PD contract (spec.speculative)" in warning.message
+    assert "rolls out as a new revision" in warning.message and "Surge" in warning.message
 
 
-def test_update_of_the_transfer_backend_while_running_is_refused() -> None:
-    new = seed(**{"spec.transfer.backend": "nixl"})
-    report = review(new, seed())
-    assert [e.path for e in report.errors] == ["spec.transfer.backend"]
-    assert "scale spec.prefill.replicas and spec.decode.replicas to 0 first" in report.errors[0].message
+def test_update_of_the_transfer_backend_while_running_rolls_as_a_new_revision() -> None:
+    report = review(seed(**{"spec.transfer.backend": "nixl"}), seed())
+    assert report.ok, report.errors
+    assert any("spec.transfer" in w.message and "new revision" in w.message for w in report.warnings)
 
 
-def test_update_of_the_transfer_backend_when_scaled_to_zero_is_allowed() -> None:
-    old = seed(**{"spec.prefill.replicas": 0, "spec.decode.replicas": 0})
-    new = seed(**{"spec.prefill.replicas": 0, "spec.decode.replicas": 0, "spec.transfer.backend": "nixl"})
-    assert review(new, old).ok
-
-
-def test_switching_a_running_pool_between_deployment_and_leaderworkerset_is_refused() -> None:
+def test_switching_a_running_pool_between_deployment_and_leaderworkerset_rolls_as_a_new_revision() -> None:
     new = seed(**{"spec.decode.nodesPerReplica": 2, "spec.prefill.nodesPerReplica": 2,
                   "spec.transfer.ibDevices": [f"mlx5_{i}" for i in range(4)]})
-    paths = {e.path for e in review(new, seed()).errors}
-    assert paths == {"spec.prefill.nodesPerReplica", "spec.decode.nodesPerReplica"}
+    report = review(new, seed())
+    assert report.ok, report.errors
+    (warning,) = [w for w in report.warnings if w.path == "spec"]
+    assert "spec.decode.nodesPerReplica" in warning.message and "spec.prefill.nodesPerReplica" in warning.message
+
+
+def test_a_change_outside_the_contract_gets_no_rollout_warning() -> None:
+    report = review(seed(**{"spec.decode.replicas": 5, "spec.router.policy": "round_robin"}), seed())
+    assert report.ok and not [w for w in report.warnings if w.path == "spec"]
 
 
 def test_update_to_a_crashing_algorithm_is_refused() -> None:
