@@ -109,6 +109,65 @@ def _build_placeholder(spec: Any, registry: str | None) -> tuple[Any, str | None
     return ResolvedImage(ref=ip.target, sglang_version=ip.sglang_version, fix_applied=True), warning
 
 
+def _live(kubeconfig: str | None, context: str | None, namespace: str, name: str) -> Any:
+    """The SpecServing `namespace/name` as it runs: its spec, its pools' image, and the serving revision's
+    replicas (from its workloads and its router Deployment)."""
+    from specserving import API_VERSION, KIND, PLURAL
+    from specserving.api.loading import spec_of
+    from specserving.api.naming import child_name
+    from specserving.kube import ApiError, Kube, Resource, StartupError, load_configuration
+    from specserving.rendering import labels as L
+    from specserving.rolloutplan import Current, live_image
+
+    try:
+        kube = Kube(load_configuration(kubeconfig, context))
+        obj = kube.get(Resource(API_VERSION, KIND, PLURAL, True), namespace, name)
+    except StartupError as exc:
+        raise InputError(str(exc)) from None
+    except ApiError as exc:
+        if exc.not_found:
+            raise InputError(f"--live: SpecServing {namespace}/{name} does not exist; drop --live to plan its "
+                             "creation") from None
+        raise InputError(f"--live: cannot read SpecServing {namespace}/{name}: {exc}") from None
+    spec = spec_of(obj)
+    deployments = Resource("apps/v1", "Deployment", "deployments", True)
+    found = kube.request("GET", deployments.path(namespace),
+                         query={"labelSelector": f"{L.INSTANCE}={name}"}).get("items", [])
+    router = next((d for d in found if d["metadata"]["name"] == child_name(name, L.ROUTER)), None)
+    serving = None
+    if router is not None:
+        serving = (router["spec"]["template"]["metadata"].get("labels") or {}).get(L.REVISION, "")
+    replicas = {d["metadata"]["labels"].get(L.ROLE): int(d["spec"].get("replicas", 0)) for d in found
+                if (d["metadata"].get("labels") or {}).get(L.REVISION, "") == serving
+                and d["metadata"]["labels"].get(L.ROLE) in (L.PREFILL, L.DECODE)}
+    return Current(spec, live_image(spec, obj.get("status") or {}), serving, replicas or None)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from specserving.api.loading import spec_of
+    from specserving.rendering.image import base_image
+    from specserving.rolloutplan import Current, lines
+
+    obj, report = _validated(args.file)
+    if report.errors:
+        for e in report.errors:
+            print(f"error: {e}", file=sys.stderr)
+        return EXIT_INVALID if report.malformed else EXIT_REFUSED
+    current = None
+    if args.live:
+        meta = obj.get("metadata") or {}
+        current = _live(args.kubeconfig, args.context, args.namespace or meta.get("namespace") or "default",
+                        meta.get("name", ""))
+    elif args.from_file:
+        old, old_report = _validated(args.from_file)
+        if old_report.malformed:
+            raise InputError(f"{args.from_file}: not a SpecServing: {old_report.errors[0]}")
+        old_spec = spec_of(old)
+        current = Current(old_spec, base_image(old_spec))
+    print("\n".join(lines(report.spec, current)))
+    return 0
+
+
 def cmd_crd(args: argparse.Namespace) -> int:
     from specserving.api.schema import crd
 
@@ -241,6 +300,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="print every error with its field path; exit 1 when there are errors")
     p.add_argument("-f", "--file", required=True, help="the SpecServing YAML file ('-' for stdin)")
     p.set_defaults(func=cmd_validate)
+    p = sub.add_parser("plan", help="print whether a change rolls out a new PD-contract revision, why, and its "
+                                    "steps (the operator's own planner)")
+    p.add_argument("-f", "--file", required=True, help="the new SpecServing YAML file ('-' for stdin)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--live", action="store_true",
+                       help="compare with the SpecServing of the same name in the cluster, and its running pools")
+    where.add_argument("--from", dest="from_file", metavar="OLD",
+                       help="compare with the SpecServing in file OLD, as if it were running as its spec says")
+    p.add_argument("-n", "--namespace", help="with --live: the namespace (default: the file's, else default)")
+    p.add_argument("--kubeconfig", help="with --live: kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    p.add_argument("--context", help="with --live: kubeconfig context")
+    p.set_defaults(func=cmd_plan)
     p = sub.add_parser("crd", help="print the SpecServing CustomResourceDefinition")
     p.set_defaults(func=cmd_crd)
     _add_run(sub)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,10 +22,14 @@ def test_render_prints_the_seed_deployment() -> None:
     out = run("render", "-f", str(SEED_EXAMPLE))
     assert out.returncode == 0, out.stderr
     docs = list(yaml.safe_load_all(out.stdout))
-    deps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
-    assert set(deps) == {"dsv4-flash-prefill", "dsv4-flash-decode", "dsv4-flash-router"}
+    deps = {d["metadata"]["labels"]["specserving.io/role"]: d for d in docs if d["kind"] == "Deployment"}
+    assert set(deps) == {"prefill", "decode", "router"}
+    revision = deps["decode"]["metadata"]["labels"]["specserving.io/revision"]
+    assert re.fullmatch(r"[0-9a-f]{8}", revision)
+    assert {d["metadata"]["name"] for d in deps.values()} == {
+        f"dsv4-flash-prefill-{revision}", f"dsv4-flash-decode-{revision}", "dsv4-flash-router"}
     for role in ("prefill", "decode"):
-        pod = deps[f"dsv4-flash-{role}"]["spec"]["template"]
+        pod = deps[role]["spec"]["template"]
         c = pod["spec"]["containers"][0]
         args = " ".join(c["args"])
         for want in (f"--disaggregation-mode {role}", "--speculative-algorithm DSPARK", "--tp-size 8",
@@ -34,10 +39,10 @@ def test_render_prints_the_seed_deployment() -> None:
         assert c["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/ib": "8"}
         assert "IPC_LOCK" in c["securityContext"]["capabilities"]["add"]
     assert "--cuda-graph-bs-decode 1 2 3 4 5 6 7 8 9 10 12 16" in " ".join(
-        deps["dsv4-flash-decode"]["spec"]["template"]["spec"]["containers"][0]["args"])
-    assert deps["dsv4-flash-prefill"]["spec"]["template"]["metadata"]["annotations"] == {
+        deps["decode"]["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert deps["prefill"]["spec"]["template"]["metadata"]["annotations"] == {
         "sglang.ai/bootstrap-port": "8998"}
-    router_args = deps["dsv4-flash-router"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    router_args = deps["router"]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert router_args[:2] == ["--pd-disaggregation", "--service-discovery"]
 
 
@@ -58,7 +63,7 @@ def test_render_never_prints_the_crashing_base_silently(tmp_path: Path, registry
     out = run("render", "-f", str(cr), *(["--build-registry", registry] if registry else []))
     assert out.returncode == 0, out.stderr
     images = {c["image"] for d in yaml.safe_load_all(out.stdout) if d["kind"] == "Deployment"
-              and d["metadata"]["name"].endswith(("-prefill", "-decode"))
+              and d["metadata"]["labels"]["specserving.io/role"] in ("prefill", "decode")
               for c in d["spec"]["template"]["spec"]["containers"]}
     (image,) = images
     assert base not in images and "/sglang-pd:pd-" in image
@@ -126,3 +131,33 @@ def test_crd_command_prints_the_committed_crd() -> None:
 def test_stdin() -> None:
     out = run("validate", "-f", "-", stdin=SEED_EXAMPLE.read_text())
     assert out.returncode == 0, out.stderr
+
+
+def test_plan_from_a_file_names_the_contract_fields_and_the_steps(tmp_path: Path) -> None:
+    new = tmp_path / "new.yaml"
+    new.write_text(yaml.safe_dump(seed(**{"spec.speculative.algorithm": "EAGLE3",
+                                          "spec.speculative.draftModelPath": "/data2/draft",
+                                          "spec.rollout": {"strategy": "Stepped", "maxSurge": 1}})))
+    out = run("plan", "-f", str(new), "--from", str(SEED_EXAMPLE))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert re.fullmatch(r"the PD contract changes: revision [0-9a-f]{8} -> [0-9a-f]{8}", lines[0]), lines
+    assert lines[1] == "because of: spec.speculative"
+    assert lines[2] == "steps (Stepped):"
+    assert [ln.split(":")[0].strip() for ln in lines[3:]] == [
+        "1. ScalingUpNew", "2. ScalingDownOld", "3. SwitchingRouter", "4. DrainingOld"]
+
+
+def test_plan_of_a_change_outside_the_contract_and_of_a_creation(tmp_path: Path) -> None:
+    new = tmp_path / "new.yaml"
+    new.write_text(yaml.safe_dump(seed(**{"spec.decode.replicas": 6})))
+    out = run("plan", "-f", str(new), "--from", str(SEED_EXAMPLE))
+    assert out.returncode == 0 and "the PD contract is unchanged" in out.stdout and "no rollout" in out.stdout
+    out = run("plan", "-f", str(new))
+    assert out.returncode == 0 and out.stdout.startswith("creates revision ")
+
+
+def test_plan_live_without_a_cluster_is_one_line(tmp_path: Path) -> None:
+    out = run("plan", "-f", str(SEED_EXAMPLE), "--live", "--kubeconfig", str(tmp_path / "missing"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
