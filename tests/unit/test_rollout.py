@@ -175,3 +175,28 @@ def test_invariants_hold_while_the_cluster_lags(old: dict[str, int], wanted: dic
     final = decide("bbbb", wanted, strategy, pools, router)
     assert not final.rolling and set(pools) == {"bbbb"} and final.router == "bbbb"
     assert final.replicas["bbbb"] == wanted
+
+
+def test_the_router_switch_ends_only_when_no_router_pod_of_the_old_template_is_left() -> None:
+    from specserving.reconcile.observed import child_of, pod_of
+    from specserving.reconcile.rollouts import observe
+
+    def router_pod(name: str, revision: str, deleting: bool = False) -> Any:
+        meta: dict[str, Any] = {"name": name, "labels": {"specserving.io/role": "router",
+                                                         "specserving.io/revision": revision}}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        return pod_of({"metadata": meta, "status": {"phase": "Running"}})
+
+    deployment = child_of({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "sv-router", "generation": 2, "uid": "r", "ownerReferences": [{"uid": "u"}],
+                     "labels": {"specserving.io/role": "router"}},
+        "spec": {"replicas": 1, "template": {"metadata": {"labels": {"specserving.io/revision": "bbbb"}}}},
+        "status": {"observedGeneration": 2, "replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}}, workload=True)
+    children = {deployment.ref: deployment}
+    # The Deployment counts only the new pod; the old one is still in its preStop and may get requests.
+    draining = observe(("ns", "sv"), "u", children, [router_pod("a", "aaaa", deleting=True), router_pod("b", "bbbb")])
+    assert draining.router.revision == "bbbb" and not draining.router.settled
+    gone = observe(("ns", "sv"), "u", children, [router_pod("b", "bbbb")])
+    assert gone.router.settled

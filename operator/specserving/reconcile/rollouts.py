@@ -41,7 +41,10 @@ def observe(key: Key, owner_uid: str, children: Mapping[ChildRef, Child], pods: 
         if w.role in ROLES:
             workloads.setdefault(w.revision, {})[w.role] = child
         elif child.ref.kind == "Deployment" and child.ref.name == child_name(key[1], L.ROUTER):
-            router, router_workload = Router(w.template_revision, w.settled), w
+            # The Deployment's counts leave out terminating pods; a router pod of the old template still in its
+            # preStop can get requests until kube-proxy drops it, so the switch ends only when it is gone.
+            leaving = any(p.role == L.ROUTER and p.revision != w.template_revision for p in pods)
+            router, router_workload = Router(w.template_revision, w.settled and not leaving), w
     pod_counts: dict[str, int] = {}
     for pod in pods:
         if pod.role in ROLES:
