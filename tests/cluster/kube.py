@@ -107,6 +107,22 @@ class Cluster:
             args += ["-l", selector]
         return list(json.loads(self.kubectl(*args).stdout)["items"])
 
+    def pool(self, name: str, role: str, namespace: str) -> dict[str, Any] | None:
+        """The Deployment of one pool of SpecServing `name`: the one its router pairs (status.servingRevision),
+        or the only one there is; None while there is none."""
+        found = self.list("deployments", namespace, f"specserving.io/instance={name},specserving.io/role={role}")
+        if len(found) > 1:
+            sps = self.get("specserving", name, namespace) or {}
+            serving = (sps.get("status") or {}).get("servingRevision")
+            found = [d for d in found if d["metadata"]["labels"].get("specserving.io/revision") == serving]
+        return found[0] if len(found) == 1 else None
+
+    def pool_name(self, name: str, role: str, namespace: str) -> str:
+        found = self.pool(name, role, namespace)
+        if found is None:
+            raise AssertionError(f"no single {role} Deployment of {namespace}/{name}")
+        return str(found["metadata"]["name"])
+
     def run_as(self, user: str, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
         """kubectl impersonating `user` (for example system:serviceaccount:NS:NAME)."""
         return self.kubectl(f"--as={user}", *args, check=check)

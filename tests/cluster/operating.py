@@ -111,9 +111,10 @@ def events(cluster: Cluster, ns: str, reason: str) -> list[dict[str, Any]]:
             and e["involvedObject"].get("kind") == "SpecServing"]
 
 
-def deployment(cluster: Cluster, ns: str, role: str) -> dict[str, Any]:
-    obj = cluster.get("deployment", f"{NAME}-{role}", ns)
-    assert obj is not None
+def deployment(cluster: Cluster, ns: str, role: str, name: str = NAME) -> dict[str, Any]:
+    """The router Deployment, or the pool Deployment the router pairs (its PD-contract revision)."""
+    obj = cluster.get("deployment", f"{name}-{role}", ns) if role == "router" else cluster.pool(name, role, ns)
+    assert obj is not None, f"no {role} Deployment of {ns}/{name}"
     return obj
 
 

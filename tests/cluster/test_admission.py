@@ -109,16 +109,18 @@ def test_warnings_reach_kubectl(cluster: Cluster, namespace: str, webhook: Webho
     assert "Warning: spec.image.sglangVersion: cannot tell the SGLang version" in out.stderr
 
 
-def test_unsafe_update_is_refused_and_the_stored_object_kept(cluster: Cluster, namespace: str,
-                                                             webhook: WebhookOperator) -> None:
+def test_a_contract_change_is_admitted_with_the_rollout_warning(cluster: Cluster, namespace: str,
+                                                                webhook: WebhookOperator) -> None:
     assert apply(cluster, namespace, seed()).returncode == 0
+    # Before revisions, a backend change of running pools was refused; now it rolls as a new revision.
     out = apply(cluster, namespace, seed(**{"spec.transfer.backend": "nixl"}))
-    assert out.returncode != 0
-    assert "spec.transfer.backend" in out.stderr and "scale spec.prefill.replicas" in out.stderr
+    assert out.returncode == 0, out.stderr
+    (warning,) = [ln for ln in out.stderr.splitlines() if "changes the PD contract" in ln]
+    assert "spec.transfer" in warning and "rolls out as a new revision" in warning and "specserving plan" in warning
     obj = cluster.get("specservings", NAME, namespace)
-    assert obj is not None and obj["spec"]["transfer"]["backend"] == "mooncake"
-    out = apply(cluster, namespace, seed(**{"spec.speculative.algorithm": "EAGLE"}))
-    assert out.returncode == 0, out.stderr  # a speculative change rolls the pods; it is allowed
+    assert obj is not None and obj["spec"]["transfer"]["backend"] == "nixl"
+    out = apply(cluster, namespace, seed(**{"spec.transfer.backend": "nixl", "spec.decode.replicas": 3}))
+    assert out.returncode == 0 and "changes the PD contract" not in out.stderr  # a scale is no contract change
 
 
 def test_webhook_outage_refuses_clearly_then_recovers(cluster: Cluster, namespace: str, webhook: WebhookOperator,

@@ -209,9 +209,9 @@ def test_one_shared_build_then_pools_run_the_digest(cluster: Cluster, namespace:
     assert "DSPARK" in image["pdBuilders"]
     assert condition(obj, "ImageReady")["reason"] == "Built" and obj["status"]["phase"] == "Ready"
     for name in ("first", "second"):
-        pools = {d["metadata"]["name"]: images(d) for d in deployments(cluster, ns, name)}
+        pools = {d["metadata"]["labels"]["specserving.io/role"]: images(d) for d in deployments(cluster, ns, name)}
         for role in POOLS:
-            assert pools[f"{name}-{role}"] == {built}, pools
+            assert pools[role] == {built}, pools
     assert len(jobs(cluster, ns)) == 1
 
     # The Job's TTL removes it (here: a delete). The digest lives on in status.image: nothing is built again.

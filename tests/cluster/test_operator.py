@@ -30,8 +30,11 @@ def test_apply_creates_children_pods_run_and_ready_counts(cluster: Cluster, name
     uid = obj["metadata"]["uid"]
 
     kinds = sorted((c["kind"], c["metadata"]["name"]) for c in children(cluster, ns))
+    rev = obj["status"]["revision"]
+    assert re.fullmatch(r"[0-9a-f]{8}", rev) and obj["status"]["servingRevision"] == rev
     assert kinds == sorted([
-        ("Deployment", f"{NAME}-decode"), ("Deployment", f"{NAME}-prefill"), ("Deployment", f"{NAME}-router"),
+        ("Deployment", f"{NAME}-decode-{rev}"), ("Deployment", f"{NAME}-prefill-{rev}"),
+        ("Deployment", f"{NAME}-router"),
         ("PodDisruptionBudget", f"{NAME}-decode"), ("PodDisruptionBudget", f"{NAME}-prefill"),
         ("Role", f"{NAME}-router"), ("RoleBinding", f"{NAME}-router"), ("Service", f"{NAME}-decode"),
         ("Service", f"{NAME}-prefill"), ("Service", f"{NAME}-router"), ("ServiceAccount", f"{NAME}-router")])
@@ -70,16 +73,18 @@ def test_apply_creates_children_pods_run_and_ready_counts(cluster: Cluster, name
     for role, n in (("prefill", 1), ("decode", 2), ("router", 1)):
         assert status[role]["readySummary"] == f"{n}/{n}"
         assert (status[role]["replicas"], status[role]["readyReplicas"], status[role]["desiredReplicas"]) == (n, n, n)
-    assert condition(obj, "DecodeReady")["message"] == f"2 of 2 decode replicas ready (Deployment {NAME}-decode)"
+    assert condition(obj, "DecodeReady")["message"] == f"2 of 2 decode replicas ready (Deployment {NAME}-decode-{rev})"
     assert {c["type"]: c["status"] for c in status["conditions"]} == {
         "Admitted": "True", "ImageReady": "True", "Progressing": "False", "PrefillReady": "True",
         "DecodeReady": "True", "RouterReady": "True", "Ready": "True", "Degraded": "False"}
     assert set(status) <= {"observedGeneration", "phase", "endpoint", "conditions", "prefill", "decode", "router",
-                           "image"}, "status holds only our fields (kopf's progress lives in annotations)"
+                           "image", "revision", "servingRevision"}, \
+        "status holds only our fields (kopf's progress lives in annotations)"
     assert not obj["metadata"].get("finalizers")
 
     table = cluster.kubectl("get", "sps", NAME, "-n", ns).stdout
-    assert re.search(rf"{NAME}\s+True\s+Ready\s+DSPARK\s+1/1\s+2/2\s+lmsysorg/sglang:v0.5.17-cu129", table), table
+    assert re.search(rf"{NAME}\s+True\s+Ready\s+DSPARK\s+1/1\s+2/2\s+{rev}\s+lmsysorg/sglang:v0.5.17-cu129",
+                     table), table
     assert events(cluster, ns, "ChildrenApplied")
 
     samples = operator.metrics()
@@ -145,7 +150,8 @@ def test_deleted_and_edited_children_are_restored(cluster: Cluster, namespace: s
 
     patch = [{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--hand-edit"},
              {"op": "replace", "path": "/spec/replicas", "value": 5}]
-    cluster.kubectl("patch", "deployment", f"{NAME}-decode", "-n", ns, "--type=json", "-p", json.dumps(patch))
+    cluster.kubectl("patch", "deployment", cluster.pool_name(NAME, "decode", ns), "-n", ns, "--type=json", "-p",
+                    json.dumps(patch))
     wait_for(lambda: (d := deployment(cluster, ns, "decode"))["spec"]["replicas"] == 2
              and d["spec"]["template"]["spec"]["containers"][0]["args"] == rendered_args,
              30, "the hand-edited decode Deployment to be restored")
@@ -219,7 +225,8 @@ def test_crash_loop_degrades_with_the_termination_message(cluster: Cluster, name
     apply_ready(cluster, ns)
     # A new decode template whose pods crash on their first decode (kwok's crash stage plays the container).
     patch = {"spec": {"template": {"metadata": {"annotations": {"kwok.specserving.io/crash-message": CRASH}}}}}
-    cluster.kubectl("patch", "deployment", f"{NAME}-decode", "-n", ns, "--type=merge", "-p", json.dumps(patch))
+    cluster.kubectl("patch", "deployment", cluster.pool_name(NAME, "decode", ns), "-n", ns, "--type=merge", "-p",
+                    json.dumps(patch))
     obj = wait_for(lambda: cond_is(cluster, ns, "Degraded", "True", "CrashLoopBackOff"), 60, "Degraded=True")
     message = condition(obj, "Degraded")["message"]
     assert re.fullmatch(rf"decode pod {NAME}-decode-\S+: container sglang is in CrashLoopBackOff after 3 restarts; "
@@ -229,8 +236,8 @@ def test_crash_loop_degrades_with_the_termination_message(cluster: Cluster, name
     assert wait_for(lambda: events(cluster, ns, "CrashLoopBackOff"), 10, "a CrashLoopBackOff event")[0][
         "type"] == "Warning"
     # The annotation is not a field the operator renders, so it is not drift: the crash stays until fixed.
-    cluster.kubectl("patch", "deployment", f"{NAME}-decode", "-n", ns, "--type=json", "-p", json.dumps(
-        [{"op": "remove", "path": "/spec/template/metadata/annotations"}]))
+    cluster.kubectl("patch", "deployment", cluster.pool_name(NAME, "decode", ns), "-n", ns, "--type=json", "-p",
+                    json.dumps([{"op": "remove", "path": "/spec/template/metadata/annotations"}]))
     wait_for(lambda: cond_is(cluster, ns, "Degraded", "False"), READY_TIMEOUT, "Degraded=False after the fix")
 
 

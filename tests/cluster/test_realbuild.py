@@ -115,7 +115,7 @@ def image_ready(cluster: Cluster, ns: str, name: str) -> dict[str, Any] | None:
 def pool_images(cluster: Cluster, ns: str, name: str) -> set[str]:
     out = set()
     for d in cluster.list("deployments", ns, f"specserving.io/instance={name}"):
-        if d["metadata"]["name"].endswith(("-prefill", "-decode")):
+        if d["metadata"]["labels"].get("specserving.io/role") in ("prefill", "decode"):
             out |= {c["image"] for c in d["spec"]["template"]["spec"]["containers"]}
     return out
 

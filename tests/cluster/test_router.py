@@ -9,6 +9,8 @@ drain and labels. What is asserted is read from each router's own API (GET /work
 - pods of another SpecServing in the namespace, and a look-alike pod with the same labels in another namespace,
   are never registered;
 - a decode pod removed by `kubectl scale` is deregistered while it is still draining (its preStop runs);
+- a PD-contract change under steady traffic through the router Service: no request fails, and every answer paired
+  a prefill and a decode pod of one revision (docs/rollouts.md);
 - ServingVerified is True after the rollout (a generate request through the router's Service reached a decode
   pod that fetched its bootstrap room from a prefill pod), and False with the router's error when the engines
   are made to fail, then True again once they recover (its retries with backoff).
@@ -21,6 +23,7 @@ advertises on the real node), and the router image (the wheels on the stand-in P
 from __future__ import annotations
 
 import calendar
+import threading
 import json
 import time
 import urllib.error
@@ -270,3 +273,81 @@ def _exercise(cluster: Cluster, ns: str, other_ns: str, engine_image: str, route
 
     fail_engines([p for p in decode if p["metadata"]["name"] != victim["metadata"]["name"]], {})
     verified(cluster, ns, "True", "RequestServed", "ServingVerified=True again once the engines recover (a retry)")
+
+
+class Traffic:
+    """Completions through the router Service, one after another from a thread, each answer recorded: which
+    prefill and decode pod served it, or the error."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.served: list[tuple[float, str, str]] = []
+        self.failed: list[tuple[float, str]] = []
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopping:
+            try:
+                answer = http("POST", self.url, {"model": "/models/stand-in", "prompt": "x", "max_tokens": 1})
+                self.served.append((time.time(), answer["stand_in"]["prefill_pod"], answer["stand_in"]["pod"]))
+            except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
+                body = exc.read().decode(errors="replace")[:300] if isinstance(exc, urllib.error.HTTPError) else ""
+                self.failed.append((time.time(), f"{exc} {body}".strip()))
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.thread.join(30)
+
+
+def revision_of_pod(pod_name: str, instance: str, role: str) -> str:
+    return pod_name.removeprefix(f"{instance}-{role}-").split("-")[0]
+
+
+@pytest.mark.parametrize("implementation", ["sglang-router", "smg"])
+def test_real_router_switches_revisions_without_a_failed_request(cluster: Cluster, namespace: str, crd: None,
+                                                                 tmp_path: Path, engine_image: str,
+                                                                 router_image: str, fake_devices: None,
+                                                                 implementation: str) -> None:
+    """A contract change (speculative numSteps) under steady traffic through the router Service: every request is
+    answered, and every answer paired a prefill and a decode pod of one revision; old first, then new."""
+    op = Operator(cluster, namespace, tmp_path / "operator.log")
+    name = "roll"
+    try:
+        cluster.apply(real_spec(name, engine_image, router_image, implementation, prefill=1, decode=1),
+                      namespace=namespace)
+        obj = wait_for(lambda: ready(cluster, namespace, name), START_TIMEOUT, "the SpecServing to become Ready")
+        old = obj["status"]["revision"]
+        svc = cluster.get("service", f"{name}-router", namespace)
+        traffic = Traffic(f"http://{svc['spec']['clusterIP']}:8000/v1/completions")
+        wait_for(lambda: len(traffic.served) >= 5, 60, "traffic through the router before the change")
+        changed = real_spec(name, engine_image, router_image, implementation, prefill=1, decode=1)
+        changed["spec"]["speculative"]["numSteps"] = 3
+        started = time.monotonic()
+        cluster.apply(changed, namespace=namespace)
+        done = wait_for(lambda: (o := ready(cluster, namespace, name)) and o["status"]["revision"] != old
+                        and o["status"].get("servingRevision") == o["status"]["revision"]
+                        and "rollout" not in o["status"] and o, START_TIMEOUT, "the rollout to finish")
+        new = done["status"]["revision"]
+        seconds = time.monotonic() - started
+        count = len(traffic.served)
+        wait_for(lambda: len(traffic.served) >= count + 5, 60, "traffic served by the new revision")
+        traffic.stop()
+    finally:
+        op.stop()
+        print(f"\n--- operator log ---\n{op.log.read_text()[-3000:]}")
+    pairs = [(revision_of_pod(p, name, "prefill"), revision_of_pod(d, name, "decode")) for _, p, d in traffic.served]
+    assert not traffic.failed, f"{len(traffic.failed)} of {len(traffic.failed) + len(pairs)} requests failed: " \
+                               f"{traffic.failed[:5]}"
+    assert all(p == d for p, d in pairs), [x for x in pairs if x[0] != x[1]][:5]
+    # While the router rolls, a router pod of each revision answers (each pairs only its own); then only the new.
+    times = {rev: [t for (t, _, _), (p, _) in zip(traffic.served, pairs, strict=True) if p == rev]
+             for rev in (old, new)}
+    assert times[old] and times[new] and set(p for p, _ in pairs) == {old, new}
+    overlap = max(times[old]) - min(times[new])
+    assert [p for p, _ in pairs[-5:]] == [new] * 5
+    print(f"{implementation}: rollout {old} -> {new} in {seconds:.1f}s under traffic: {len(pairs)} requests, "
+          f"0 failed, none paired across revisions; {len(times[old])} on the old revision, {len(times[new])} on "
+          f"the new, both answering for {max(overlap, 0):.1f}s while the router rolled")

@@ -52,7 +52,7 @@ def test_owned_fields_come_back_and_foreign_fields_stay(cluster: Cluster, namesp
                                                         operator: Operator) -> None:
     ns = namespace
     apply_ready(cluster, ns)
-    decode = f"{NAME}-decode"
+    decode = cluster.pool_name(NAME, "decode", ns)
     rendered = deployment(cluster, ns, "decode")
     args = rendered["spec"]["template"]["spec"]["containers"][0]["args"]
     figures: dict[str, float] = {}
@@ -78,14 +78,14 @@ def test_owned_fields_come_back_and_foreign_fields_stay(cluster: Cluster, namesp
 
     # A hand edit (kubectl patch: an Update by another manager) of an owned field.
     started = time.monotonic()
-    cluster.kubectl("patch", "deployment", f"{NAME}-prefill", "-n", ns, "--type=merge", "-p",
+    cluster.kubectl("patch", "deployment", cluster.pool_name(NAME, "prefill", ns), "-n", ns, "--type=merge", "-p",
                     '{"spec":{"replicas":4}}')
     wait_for(lambda: deployment(cluster, ns, "prefill")["spec"]["replicas"] == 1, 30, "prefill replicas restored",
              interval=0.1)
     figures["kubectl patch of prefill replicas"] = time.monotonic() - started
 
     # Deleted by hand.
-    for kind, child in (("service", f"{NAME}-router"), ("deployment", f"{NAME}-decode"),
+    for kind, child in (("service", f"{NAME}-router"), ("deployment", decode),
                         ("rolebinding", f"{NAME}-router")):
         uid = cluster.get(kind, child, ns)["metadata"]["uid"]  # type: ignore[index]
         started = time.monotonic()

@@ -85,7 +85,7 @@ def test_apiserver_restart_mid_reconcile_converges(private: Cluster, ns: str, tm
         started = time.monotonic()
         private.kubectl("patch", "sps", "api-0", "-n", ns, "--type=merge", "-p",
                         '{"spec":{"decode":{"replicas":2}}}')
-        wait_for(lambda: ready(private, ns, "api-0") and private.get("deployment", "api-0-decode", ns)["spec"][
+        wait_for(lambda: ready(private, ns, "api-0") and private.pool("api-0", "decode", ns)["spec"][
             "replicas"] == 2, 60, "the scale-up applied and Ready")
         figure(f"a change after the restart: Ready in {time.monotonic() - started:.1f}s (resync 600s)")
         assert op.proc.poll() is None, "the operator exited"

@@ -1,10 +1,12 @@
 """SIGKILL the operator at random points while it reconciles many SpecServings; every one must converge.
 
 The operator is a `specserving run` subprocess. Between kills the test keeps giving it work: new SpecServings,
-spec changes that roll pods (speculative steps, decode replicas), a SpecServing deleted and recreated under the
+spec changes that roll pods (speculative steps, which start a new PD-contract revision and a rollout between
+revisions, docs/rollouts.md; decode replicas), a SpecServing deleted and recreated under the
 same name (a new uid), children deleted or edited by hand, SpecServings deleted for good. Some of that lands while
 the operator is dead, some just before it is killed. After the last restart every SpecServing must be Ready for its
-generation with exactly the children `specserving render` gives, each owned by its current uid; no pool may have
+generation with exactly the children `specserving render` gives, each owned by its current uid (so no revision
+a rollout left behind survives); no pool may have
 more pods or live ReplicaSets than it asks for; no child may belong to a SpecServing that is gone; nothing may
 carry a finalizer, so that deleting every SpecServing with the operator dead completes and the garbage collector
 leaves nothing behind.
@@ -99,9 +101,11 @@ def test_sigkill_at_random_points_converges_without_duplicates_or_orphans(cluste
                 cluster.kubectl("delete", "sps", name(i), "-n", ns, "--wait=true", "--timeout=60s")
                 apply_all(cluster, ns, [spec_for(i)])
             elif what == "delete-child":
-                cluster.kubectl("delete", r.choice(["service", "deployment", "poddisruptionbudget", "role"]),
-                                f"{name(i)}-{r.choice(['prefill', 'decode', 'router'])}", "-n", ns,
-                                "--ignore-not-found", "--wait=false")
+                # By labels: a pool's Deployment carries its PD-contract revision in its name.
+                kind, role = r.choice(["service", "deployment", "poddisruptionbudget", "role"]), \
+                    r.choice(["prefill", "decode", "router"])
+                cluster.kubectl("delete", kind, "-l", f"specserving.io/instance={name(i)},specserving.io/role={role}",
+                                "-n", ns, "--ignore-not-found", "--wait=false")
             elif what == "edit-child":
                 cluster.kubectl("patch", "deployment", f"{name(i)}-router", "-n", ns, "--type=merge", "-p",
                                 '{"spec":{"replicas":3}}', check=False)
@@ -127,6 +131,7 @@ def test_sigkill_at_random_points_converges_without_duplicates_or_orphans(cluste
     apply_all(cluster, ns, [spec_for(i) for i in range(COUNT)])
     started = time.monotonic()
     kill_points: list[str] = []
+    mid_rollout = 0
     for k in range(1, KILLS + 1):
         if k % 2:
             mutate(k)  # work in flight when the kill comes
@@ -135,7 +140,12 @@ def test_sigkill_at_random_points_converges_without_duplicates_or_orphans(cluste
         reconciles += total(before, "specserving_reconcile_total")
         kill_points.append(f"after {total(before, 'specserving_reconcile_total'):.0f} passes, "
                            f"{total(before, 'specserving_child_applies_total'):.0f} applies")
+        rolling = [o["metadata"]["name"] for o in cluster.list("specservings", ns)
+                   if (o.get("status") or {}).get("rollout")]
+        mid_rollout += bool(rolling)
         sigkill(op)
+        if rolling:
+            kill_points[-1] += f", during the rollouts of {', '.join(rolling)}"
         if not k % 2:
             mutate(k)  # work waiting for the next incarnation
         op = start(k)
@@ -155,7 +165,8 @@ def test_sigkill_at_random_points_converges_without_duplicates_or_orphans(cluste
            f"{COUNT} SpecServings ({len(mutations)} changes in between); all converged {converged:.1f}s after the "
            f"last changes; "
            f"{reconciles:.0f} reconcile passes counted (kills lose the counts since their last scrape), "
-           f"{errors:.0f} errors in the last incarnation")
+           f"{errors:.0f} errors in the last incarnation; {mid_rollout} kill(s) landed while a revision rollout "
+           f"ran")
     assert alive
 
     # A stored object the operator has not seen yet must not matter: convergence held at the end, with nothing
