@@ -181,3 +181,60 @@ def test_sigkill_at_random_points_converges_without_duplicates_or_orphans(cluste
 
     text = "".join(log.read_text() for log in logs)
     assert not tracebacks(text), "a traceback in the operator's log:\n" + "\n".join(tracebacks(text)[:20])
+
+
+ROLLOUT_KILLS = size(6, 20)
+
+
+def test_sigkill_during_revision_rollouts_leaves_no_orphaned_revision(cluster: Cluster, namespace: str,
+                                                                    crd: None, tmp_path: Path) -> None:
+    """Every round changes the PD contract of every SpecServing (speculative steps: a new revision each time),
+    lets the operator work for 0.3-2.5 s, and SIGKILLs it; half the rounds also change it again while it is
+    dead, so a rollout is replaced mid-way. After the last restart every SpecServing converges to exactly its
+    current revision's children: no revision is orphaned, none is left half-drained."""
+    ns, r = namespace, rng("rollout crash")
+    count = size(10, 16)
+    logs: list[Path] = []
+
+    def start(k: int) -> Operator:
+        log = tmp_path / f"operator-{k:02d}.log"
+        logs.append(log)
+        return Operator(cluster, ns, log)
+
+    def change(steps: int) -> None:
+        apply_all(cluster, ns, [small(f"roll-{i:03d}", decode=2, **{
+            "spec.speculative.numSteps": steps, "spec.speculative.numDraftTokens": steps + 1,
+            "spec.rollout": {"strategy": r.choice(["Surge", "Stepped"]), "maxSurge": 1}}) for i in range(count)])
+
+    op = start(0)
+    change(1)
+    await_converged(cluster, ns, CONVERGE_TIMEOUT, f"{count} SpecServings before the first kill")
+    mid_rollout, steps = [], 1
+    try:
+        for k in range(1, ROLLOUT_KILLS + 1):
+            steps = steps % 3 + 1
+            change(steps)
+            time.sleep(r.uniform(0.3, 2.5))
+            rolling = [o["metadata"]["name"] for o in cluster.list("specservings", ns)
+                       if (o.get("status") or {}).get("rollout")]
+            sigkill(op)
+            mid_rollout.append(len(rolling))
+            if k % 2:
+                steps = steps % 3 + 1
+                change(steps)  # a new revision while the operator is dead: the unfinished one must go
+            op = start(k)
+        converged = await_converged(cluster, ns, CONVERGE_TIMEOUT, f"{count} SpecServings after rollout kills")
+        alive = op.proc.poll() is None
+    finally:
+        sigkill(op)
+    revisions = {(d["metadata"]["labels"]["specserving.io/instance"], d["metadata"]["labels"].get(
+        "specserving.io/revision")) for d in cluster.list("deployments", ns, "specserving.io/instance")
+        if d["metadata"]["labels"].get("specserving.io/role") != "router"}
+    assert len(revisions) == count, f"more than one revision per SpecServing is left: {sorted(revisions)}"
+    figure(f"operator SIGKILLed {ROLLOUT_KILLS} times during revision rollouts of {count} SpecServings; "
+           f"SpecServings mid-rollout at each kill: {mid_rollout}; converged {converged:.1f}s after the last "
+           "restart with one revision each")
+    assert alive
+    assert sum(1 for n in mid_rollout if n) >= 1, "no kill landed while a rollout ran: the test proved nothing"
+    text = "".join(log.read_text() for log in logs)
+    assert not tracebacks(text), "a traceback in the operator's log:\n" + "\n".join(tracebacks(text)[:20])
