@@ -23,20 +23,75 @@ def _dump_all(docs: list[dict[str, Any]]) -> str:
     return yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False, width=120)
 
 
+# What one SpecServing file may be: far more than any real one (the seed example is 2 KiB, 40 levels would be odd),
+# far less than what makes validation slow. Aliases count as often as they are expanded, so a "billion laughs"
+# file is refused before anything walks it.
+MAX_INPUT_BYTES = 1 << 20
+MAX_DEPTH = 64
+MAX_EXPANDED_NODES = 100_000
+
+
+def _check_shape(node: yaml.Node, path: str) -> None:
+    """Refuse a YAML node graph that nests deeper than MAX_DEPTH, refers to itself, or expands (aliases
+    included) to more than MAX_EXPANDED_NODES nodes."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(n: yaml.Node, depth: int) -> int:
+        if depth > MAX_DEPTH:
+            raise InputError(f"{path}: nested deeper than {MAX_DEPTH} levels; a SpecServing is not")
+        if id(n) in sizes:
+            return sizes[id(n)]
+        if id(n) in open_nodes:
+            raise InputError(f"{path}: a YAML alias refers to a node that contains it (a recursive document)")
+        open_nodes.add(id(n))
+        children: list[yaml.Node] = []
+        if isinstance(n, yaml.SequenceNode):
+            children = list(n.value)
+        elif isinstance(n, yaml.MappingNode):
+            children = [x for pair in n.value for x in pair]
+        total = 1 + sum(size(c, depth + 1) for c in children)
+        if total > MAX_EXPANDED_NODES:
+            raise InputError(f"{path}: expands to more than {MAX_EXPANDED_NODES} YAML nodes (through aliases, "
+                             "probably); refused")
+        open_nodes.discard(id(n))
+        sizes[id(n)] = total
+        return total
+
+    size(node, 0)
+
+
 def load_object(path: str) -> dict[str, Any]:
-    """Read one SpecServing from a YAML file ('-' for stdin)."""
+    """Read one SpecServing from a YAML file ('-' for stdin), bounded in size, depth and alias expansion."""
     try:
-        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+        if path == "-":
+            raw = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        else:
+            with open(path, "rb") as fh:
+                raw = fh.read(MAX_INPUT_BYTES + 1)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a YAML file") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    if len(raw) > MAX_INPUT_BYTES:
+        raise InputError(f"{path}: larger than {MAX_INPUT_BYTES // 1024} KiB; a SpecServing is a few KiB")
     try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+    try:
+        nodes = [n for n in yaml.compose_all(text, Loader=yaml.SafeLoader) if n is not None]
+        for node in nodes:
+            _check_shape(node, path)
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise InputError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply to read; a SpecServing is not") from None
     if len(docs) != 1 or not isinstance(docs[0], dict):
         raise InputError(f"{path}: expected exactly one SpecServing object, found {len(docs)} documents")
     return docs[0]

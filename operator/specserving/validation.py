@@ -8,6 +8,8 @@ PD-decode builder table per SGLang version, SGLang's own start-up rules, flags t
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -210,6 +212,39 @@ def check_router(spec: SpecServingSpec) -> Report:
     return report
 
 
+# The Kubernetes quantity grammar (k8s.io/apimachinery resource.Quantity), as a pattern: a signed decimal number
+# and an optional binary (Ki..Ei), decimal (n, u, m, k, M..E) or exponent (e3, E-2) suffix.
+QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
+RESOURCE_KEYS = ("requests", "limits")
+
+
+def check_resources(spec: SpecServingSpec) -> Report:
+    """resources objects are free-form in the schema (they are Kubernetes ResourceRequirements); make sure they
+    are what the pods will take, so a bad one is refused here rather than breaking every reconcile pass."""
+    report = Report()
+    for path, resources in (("spec.prefill.resources", spec.prefill.resources),
+                            ("spec.decode.resources", spec.decode.resources),
+                            ("spec.router.resources", spec.router.resources)):
+        if resources is None:
+            continue
+        for key, value in resources.items():
+            if key not in RESOURCE_KEYS:
+                report.errors.append(Problem(f"{path}.{key}", (
+                    f'Unsupported value: "{key}": resources takes requests and limits')))
+            elif not isinstance(value, dict):
+                report.errors.append(Problem(f"{path}.{key}", (
+                    f"Invalid value: {json.dumps(value)}: {key} must be a map of resource name to quantity, for "
+                    'example {"memory": "64Gi"}')))
+            else:
+                for name, quantity in value.items():
+                    if isinstance(quantity, bool) or not isinstance(quantity, (str, int, float)) \
+                            or not QUANTITY.match(str(quantity)):
+                        report.errors.append(Problem(f"{path}.{key}.{name}", (
+                            f"Invalid value: {json.dumps(quantity)}: must be a Kubernetes quantity, for example "
+                            '"8", "500m" or "64Gi"')))
+    return report
+
+
 def check_warnings(spec: SpecServingSpec) -> Report:
     report = Report()
     if spec.prefill.speculative_decoding == "Disabled":
@@ -225,7 +260,7 @@ def semantic_checks(spec: SpecServingSpec, table: CapabilityTable | None = None)
     table = table or load()
     report = Report()
     for check in (check_pd_builder(spec, table), check_sglang_startup_rules(spec, table), check_extra_args(spec),
-                  check_pd_symmetric(spec, table), check_router(spec), check_warnings(spec)):
+                  check_pd_symmetric(spec, table), check_router(spec), check_resources(spec), check_warnings(spec)):
         report.extend(check)
     return report
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from .builders import ROOT, SEED_EXAMPLE, seed
 
@@ -161,3 +164,40 @@ def test_plan_live_without_a_cluster_is_one_line(tmp_path: Path) -> None:
     out = run("plan", "-f", str(SEED_EXAMPLE), "--live", "--kubeconfig", str(tmp_path / "missing"))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True))
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    (BOMB.encode(), "expands to more than 100000 YAML nodes"),
+    (("a: " + "[" * 100 + "]" * 100).encode(), "nested deeper than 64 levels"),
+    (("a: " + "[" * 5000 + "]" * 5000).encode(), "nested too deeply to read"),
+    (b"a: &a [*a]\n", "recursive document"),
+    (b"apiVersion: \xff\xfe\n", "not UTF-8 text (byte 0xff at offset 12)"),
+    (b"a: " + b"x" * (1 << 20), "larger than 1024 KiB"),
+])
+def test_hostile_files_get_one_line_and_exit_2(tmp_path: Path, content: bytes, words: str) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(content)
+    started = time.monotonic()
+    out = run("validate", "-f", str(bad))
+    assert out.returncode == 2 and words in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert time.monotonic() - started < 30
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet=st.sampled_from(list("ab:-&*[]{},'\"\n #!|>01")), max_size=200))
+def test_random_yaml_is_read_or_refused_never_crashes(tmp_path_factory: pytest.TempPathFactory, text: str) -> None:
+    from specserving.cli import InputError, load_object
+    from specserving.validation import validate
+
+    f = tmp_path_factory.mktemp("fuzz") / "x.yaml"
+    f.write_text(text)
+    try:
+        obj = load_object(str(f))
+    except InputError:
+        return
+    validate(obj)

@@ -161,3 +161,22 @@ def test_a_recorded_or_chosen_router_gives_no_warning() -> None:
     for changes in ({}, {"spec.image.sglangVersion": "0.6.0", "spec.router": {"implementation": "smg"}}):
         report = validate(seed(**changes))
         assert not [w for w in report.warnings if w.path == "spec.router.implementation"], report.warnings
+
+
+@pytest.mark.parametrize(("resources", "path", "words"), [
+    ({"limits": "abc"}, "spec.decode.resources.limits", "must be a map of resource name to quantity"),
+    ({"requests": None}, "spec.decode.resources.requests", "must be a map of resource name to quantity"),
+    ({"limits": {"memory": "lots"}}, "spec.decode.resources.limits.memory", "must be a Kubernetes quantity"),
+    ({"limits": {"memory": True}}, "spec.decode.resources.limits.memory", "must be a Kubernetes quantity"),
+    ({"limitz": {}}, "spec.decode.resources.limitz", "resources takes requests and limits"),
+])
+def test_malformed_resources_are_refused_before_they_reach_the_renderer(resources: dict[str, Any], path: str,
+                                                                      words: str) -> None:
+    from specserving.rendering import render
+
+    report = validate(seed(**{"spec.decode.resources": resources}))
+    assert [e.path for e in report.errors] == [path] and words in report.errors[0].message
+    ok = validate(seed(**{"spec.decode.resources": {"limits": {"memory": "64Gi", "cpu": 4},
+                                                     "requests": {"cpu": "500m", "ephemeral-storage": "1e9"}}}))
+    assert ok.ok, ok.errors
+    assert ok.spec is not None and render(ok.spec, {"name": "x"})
