@@ -21,7 +21,8 @@ from specserving.api.types import SpecServingSpec
 from specserving.capabilities import NEEDS_FIX, UNKNOWN_VERSION, CapabilityTable, load, version_key
 from specserving.problems import Problem, Report
 from specserving.rendering import router
-from specserving.rendering.args import OWNED_FLAGS, flag_name
+from specserving.rendering.args import FORBIDDEN_FLAGS, OWNED_FLAGS, flag_name
+from specserving.rendering.pods import OWNED_ENV
 from specserving.rendering.image import sglang_version
 
 CRASH = "'NoneType' object has no attribute 'prepare_for_decode'"
@@ -125,7 +126,8 @@ def check_sglang_startup_rules(spec: SpecServingSpec, table: CapabilityTable) ->
 
 
 def check_extra_args(spec: SpecServingSpec) -> Report:
-    """extraArgs may not set flags the operator renders from typed fields, nor turn on PD role switching."""
+    """extraArgs may not set flags the operator renders from typed fields, nor turn on PD role switching, nor read
+    flags from a file; env may not replace the variables the operator sets."""
     report = Report()
     for path, args in (("spec.engine.extraArgs", spec.engine.extra_args),
                        ("spec.prefill.extraArgs", spec.prefill.extra_args),
@@ -139,6 +141,16 @@ def check_extra_args(spec: SpecServingSpec) -> Report:
             elif flag == ROLE_SWITCH_FLAG:
                 report.errors.append(Problem(f"{path}[{i}]", (
                     f'Forbidden: "{flag}" makes SGLang refuse every speculative algorithm; remove it')))
+            elif flag in FORBIDDEN_FLAGS:
+                report.errors.append(Problem(f"{path}[{i}]", f'Forbidden: "{flag}": {FORBIDDEN_FLAGS[flag]}'))
+    for path, env in (("spec.engine.env", spec.engine.env), ("spec.prefill.env", spec.prefill.env),
+                      ("spec.decode.env", spec.decode.env)):
+        for i, entry in enumerate(env or []):
+            name = entry.get("name") if isinstance(entry, dict) else None
+            if name in OWNED_ENV:
+                report.errors.append(Problem(f"{path}[{i}].name", (
+                    f'Forbidden: "{name}" is set by {OWNED_ENV[name]}; remove it from env (the operator\'s value '
+                    "would be silently replaced)")))
     return report
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from specserving.api.loading import spec_of
@@ -111,3 +111,33 @@ def test_arbitrary_engine_input_is_refused_with_paths_never_an_exception(junk: A
     report = validate(obj)
     for e in report.errors:
         assert e.path.startswith("spec."), e
+
+
+ALL_ENGINE_FIELDS = {"memFractionStatic": "0.8", "maxRunningRequests": 64, "chunkedPrefillSize": 4096,
+                     "toolCallParser": "deepseekv3", "reasoningParser": "deepseek-r1",
+                     "disableFlashinferAutotune": True, "moeRunnerBackend": "flashinfer_trtllm",
+                     "metrics": {"enabled": True, "cacheReport": True},
+                     "requestLogging": {"enabled": True, "level": 1}}
+
+
+@settings(max_examples=100, deadline=None)
+@given(specservings(), st.booleans())
+def test_every_flag_and_env_the_operator_renders_is_owned(obj: dict[str, Any], every_field: bool) -> None:
+    """One table: what rendering emits from typed fields is exactly what extraArgs and env may not set, so the
+    guard cannot drift from the renderer (a flag rendered but not owned could be overridden after validation)."""
+    from specserving.rendering.args import OWNED_FLAGS, flag_name
+    from specserving.rendering.pods import OWNED_ENV
+
+    if every_field:
+        obj["spec"]["engine"].update(ALL_ENGINE_FIELDS)
+        obj["spec"]["model"]["servedModelName"] = "m"
+        obj["spec"]["model"]["trustRemoteCode"] = True
+    report = validate(obj)
+    assume(report.ok)
+    assert report.spec is not None
+    for _, template in _pod_specs(render(report.spec, obj["metadata"])):
+        (container,) = template["spec"]["containers"]
+        flags = {f for token in container["args"] if (f := flag_name(token))}
+        assert flags <= set(OWNED_FLAGS), flags - set(OWNED_FLAGS)
+        names = {e["name"] for e in container["env"]}
+        assert names <= set(OWNED_ENV), names - set(OWNED_ENV)

@@ -180,3 +180,23 @@ def test_malformed_resources_are_refused_before_they_reach_the_renderer(resource
                                                      "requests": {"cpu": "500m", "ephemeral-storage": "1e9"}}}))
     assert ok.ok, ok.errors
     assert ok.spec is not None and render(ok.spec, {"name": "x"})
+
+
+@pytest.mark.parametrize(("changes", "path", "words"), [
+    ({"spec.decode.extraArgs": ["--moe-a2a-backend", "deepep"]}, "spec.decode.extraArgs[0]",
+     "spec.engine.moeA2aBackend"),
+    ({"spec.engine.extraArgs": ["--mem-fraction-static=0.9"]}, "spec.engine.extraArgs[0]",
+     "spec.engine.memFractionStatic"),
+    ({"spec.prefill.extraArgs": ["--config", "/etc/sglang.yaml"]}, "spec.prefill.extraArgs[0]",
+     "reads further flags from a file"),
+    ({"spec.engine.env": [{"name": "SGLANG_RAGGED_VERIFY_MODE", "value": "dynamic"}]}, "spec.engine.env[0].name",
+     "spec.speculative.algorithm"),
+    ({"spec.decode.env": [{"name": "SGLANG_HOST_IP", "value": "1.2.3.4"}]}, "spec.decode.env[0].name",
+     "spec.transfer.network.mode"),
+    ({"spec.prefill.env": [{"name": "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "value": "1"}]},
+     "spec.prefill.env[0].name", "probes must not run a generation"),
+])
+def test_owned_flags_env_and_config_cannot_be_overridden(changes: dict[str, Any], path: str, words: str) -> None:
+    report = validate(seed(**changes))
+    assert [e.path for e in report.errors] == [path], report.errors
+    assert "Forbidden" in report.errors[0].message and words in report.errors[0].message

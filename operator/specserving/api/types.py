@@ -212,10 +212,12 @@ class EngineSpec:
     request_logging: RequestLoggingSpec = field("requestLogging configures SGLang's request log.",
                                                 default_factory=RequestLoggingSpec)
     env: list[RawObject] | None = field("env adds environment variables (Kubernetes EnvVar objects) to both "
-                                        "pools' serving containers.", max_items=64)
+                                        "pools' serving containers. Names the operator sets (SGLANG_HOST_IP, "
+                                        "SGLANG_RAGGED_VERIFY_MODE...) are refused.", max_items=64)
     extra_args: list[str] | None = field("extraArgs are appended to both pools' SGLang command lines. Flags the "
-                                         "operator owns (--disaggregation-mode, --port, --tp-size...) are "
-                                         "refused.", max_items=64, item_max_length=1024)
+                                         "operator renders from a field (--disaggregation-mode, --port, "
+                                         "--tp-size, --moe-a2a-backend...) and --config are refused.",
+                                         max_items=64, item_max_length=1024)
 
 
 @dataclass
@@ -334,7 +336,7 @@ class PoolSpec:
     affinity: RawObject | None = field("affinity is the pods' Kubernetes affinity. Default: the operator "
                                        "spreads a pool's pods over nodes.")
     env: list[RawObject] | None = field("env adds environment variables to this pool's serving container, "
-                                        "after engine.env.", max_items=64)
+                                        "after engine.env. Names the operator sets are refused.", max_items=64)
     extra_args: list[str] | None = field("extraArgs are appended to this pool's SGLang command line, after "
                                          "engine.extraArgs. Operator-owned flags are refused.", max_items=64,
                                          item_max_length=1024)

@@ -47,6 +47,22 @@ OWNED_FLAGS: dict[str, str] = {
     "--dist-init-addr": "the operator (the LeaderWorkerSet leader address)",
     "--cuda-graph-bs-decode": "spec.decode.cudaGraphBatchSizes",
     "--enable-metrics": "spec.engine.metrics.enabled",
+    "--enable-cache-report": "spec.engine.metrics.cacheReport",
+    "--mem-fraction-static": "spec.engine.memFractionStatic",
+    "--chunked-prefill-size": "spec.engine.chunkedPrefillSize",
+    "--max-running-requests": "spec.engine.maxRunningRequests",
+    "--tool-call-parser": "spec.engine.toolCallParser",
+    "--reasoning-parser": "spec.engine.reasoningParser",
+    "--disable-flashinfer-autotune": "spec.engine.disableFlashinferAutotune",
+    "--moe-a2a-backend": "spec.engine.moeA2aBackend",
+    "--moe-runner-backend": "spec.engine.moeRunnerBackend",
+    "--log-requests": "spec.engine.requestLogging.enabled",
+    "--log-requests-level": "spec.engine.requestLogging.level",
+}
+# Flags extraArgs may never carry although no field renders them: --config reads more flags from a file inside
+# the image, past every check here.
+FORBIDDEN_FLAGS: dict[str, str] = {
+    "--config": "it reads further flags from a file the operator cannot check; put them in extraArgs instead",
 }
 
 

@@ -45,6 +45,20 @@ def engine_init_timeout(spec: SpecServingSpec, role: str) -> int:
     return min(ENGINE_INIT_TIMEOUT_DEFAULT, budget - 2 * PROBE_PERIOD_SECONDS)
 
 
+# Environment variables the operator sets, with what decides each: spec.engine.env and a pool's env may not set
+# them (Kubernetes takes the last of two entries, so a user entry would silently replace the operator's).
+OWNED_ENV: dict[str, str] = {
+    "POD_NAME": "the operator (the pod's name)",
+    "POD_NAMESPACE": "the operator (the pod's namespace)",
+    "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "the operator (probes must not run a generation)",
+    "SGLANG_HOST_IP": "spec.transfer.network.mode (HostNetwork: the pod IP)",
+    "SGLANG_LOCAL_IP_NIC": "spec.transfer.network.mode (Multus: net1)",
+    ENGINE_INIT_TIMEOUT_ENV: "spec.<pool>.startupTimeoutSeconds (with the nixl backend)",
+    "SGLANG_RAGGED_VERIFY_MODE": "spec.speculative.algorithm (DSPARK under DP attention)",
+    "SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION": "spec.speculative.algorithm (DFLASH under DP attention)",
+}
+
+
 def _env(spec: SpecServingSpec, role: str, image: ResolvedImage) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
