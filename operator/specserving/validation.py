@@ -9,6 +9,7 @@ PD-decode builder table per SGLang version, SGLang's own start-up rules, flags t
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ from specserving.api.types import SpecServingSpec
 from specserving.capabilities import NEEDS_FIX, UNKNOWN_VERSION, CapabilityTable, load, version_key
 from specserving.problems import Problem, Report
 from specserving.rendering import router
-from specserving.rendering.args import FORBIDDEN_FLAGS, OWNED_FLAGS, flag_name
+from specserving.rendering.args import DIST_INIT_PORT, FORBIDDEN_FLAGS, OWNED_FLAGS, flag_name
 from specserving.rendering.pods import OWNED_ENV
 from specserving.rendering.image import sglang_version
 
@@ -118,7 +119,11 @@ def check_sglang_startup_rules(spec: SpecServingSpec, table: CapabilityTable) ->
     if alg == "DSPARK" and dp_split:
         allowed = dspark_dp_moe_a2a(version)
         backend = eng.moe_a2a_backend or "none"  # SGLang's default
-        if backend not in allowed:
+        if not allowed:
+            report.errors.append(Problem("spec.engine.enableDpAttention", (
+                f"Invalid value: true: SGLang {version} refuses DSPARK under DP attention whatever the "
+                "--moe-a2a-backend; set enableDpAttention: false or use a newer SGLang")))
+        elif backend not in allowed:
             report.errors.append(Problem("spec.engine.moeA2aBackend", (
                 f'Unsupported value: "{backend}": SGLang {version} refuses DSPARK under DP attention with this '
                 f"--moe-a2a-backend; use one of {', '.join(allowed)}")))
@@ -224,6 +229,74 @@ def check_router(spec: SpecServingSpec) -> Report:
     return report
 
 
+def check_parallelism(spec: SpecServingSpec) -> Report:
+    """SGLang's start-up rules that decide GPUs and parallelism, for every version (read in server_args.py: 0.5.14
+    asserts "Please enable dp attention when setting enable_dp_lm_head", and without DP attention dp > 1 runs dp
+    copies of the model with tp GPUs each)."""
+    report = Report()
+    eng = spec.engine
+    if not eng.enable_dp_attention and eng.dp > 1:
+        report.errors.append(Problem("spec.engine.dp", (
+            f"Invalid value: {eng.dp}: without enableDpAttention, dp {eng.dp} runs {eng.dp} copies of the model "
+            f"with tp {eng.tp} GPUs each ({eng.dp * eng.tp} GPUs), but a replica gets {eng.tp}; set dp: 1, or "
+            "enableDpAttention: true")))
+    if eng.enable_dp_lm_head and not eng.enable_dp_attention and eng.dp > 1:
+        report.errors.append(Problem("spec.engine.enableDpLmHead", (
+            "Invalid value: true: SGLang refuses --enable-dp-lm-head without --enable-dp-attention; set "
+            "enableDpLmHead: false, or enableDpAttention: true")))
+    if eng.mem_fraction_static is not None and not 0 < float(eng.mem_fraction_static) < 1:
+        report.errors.append(Problem("spec.engine.memFractionStatic", (
+            f'Invalid value: "{eng.mem_fraction_static}": must lie between 0 and 1 (the rest of GPU memory holds '
+            'activations and CUDA graphs); for example "0.85"')))
+    return report
+
+
+# Paths the renderer mounts itself.
+RESERVED_MOUNTS = ("/dev/shm",)
+
+
+def check_ports_and_paths(spec: SpecServingSpec) -> Report:
+    """Collisions the schema cannot see: two listeners on one port, a model outside its volume."""
+    report = Report()
+    ports = {"spec.engine.port": spec.engine.port, "spec.prefill.bootstrapPort": spec.prefill.bootstrap_port}
+    if max(spec.prefill.nodes_per_replica, spec.decode.nodes_per_replica) > 1:
+        ports["the multi-node rendezvous port"] = DIST_INIT_PORT
+    seen: dict[int, str] = {}
+    for path, port in ports.items():
+        if port in seen:
+            report.errors.append(Problem(path, (
+                f"Invalid value: {port}: {seen[port]} uses the same port in the same pod; choose another")))
+        seen.setdefault(port, path)
+    if spec.router.port == router.METRICS_PORT:
+        report.errors.append(Problem("spec.router.port", (
+            f"Invalid value: {spec.router.port}: the router serves its metrics on {router.METRICS_PORT}; choose "
+            "another port")))
+    vol = spec.model.volume
+    for path, value in (("spec.model.path", spec.model.path),
+                        ("spec.speculative.draftModelPath", spec.speculative.draft_model_path)):
+        if value is None:
+            continue
+        if ".." in value.split("/"):
+            report.errors.append(Problem(path, (
+                f'Invalid value: "{value}": ".." is not allowed; give the path from the root')))
+        elif vol is not None and path == "spec.model.path":
+            mount = vol.mount_path.rstrip("/") or "/"
+            if not (value == mount or value.startswith(mount if mount == "/" else mount + "/")):
+                report.errors.append(Problem(path, (
+                    f'Invalid value: "{value}": must lie below spec.model.volume.mountPath ({vol.mount_path})')))
+    if vol is not None:
+        mount = posixpath.normpath(vol.mount_path)
+        for reserved in RESERVED_MOUNTS:
+            if mount == reserved or mount.startswith(reserved + "/") or reserved.startswith(mount + "/") \
+                    or mount == "/":
+                report.errors.append(Problem("spec.model.volume.mountPath", (
+                    f'Invalid value: "{vol.mount_path}": the operator mounts {reserved} itself; mount the model '
+                    "elsewhere, for example /models")))
+                break
+    return report
+
+
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 # The Kubernetes quantity grammar (k8s.io/apimachinery resource.Quantity), as a pattern: a signed decimal number
 # and an optional binary (Ki..Ei), decimal (n, u, m, k, M..E) or exponent (e3, E-2) suffix.
 QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
@@ -272,7 +345,8 @@ def semantic_checks(spec: SpecServingSpec, table: CapabilityTable | None = None)
     table = table or load()
     report = Report()
     for check in (check_pd_builder(spec, table), check_sglang_startup_rules(spec, table), check_extra_args(spec),
-                  check_pd_symmetric(spec, table), check_router(spec), check_resources(spec), check_warnings(spec)):
+                  check_pd_symmetric(spec, table), check_router(spec), check_resources(spec),
+                  check_parallelism(spec), check_ports_and_paths(spec), check_warnings(spec)):
         report.extend(check)
     return report
 
@@ -301,6 +375,10 @@ def validate(obj: dict[str, Any], table: CapabilityTable | None = None, *, run_c
         report.errors.append(Problem("metadata.name", "Required value: give the SpecServing a name"))
         report.malformed = True
         return report
+    if not DNS_1035.match(str(obj["metadata"]["name"])):
+        report.errors.append(Problem("metadata.name", (
+            f'Invalid value: "{obj["metadata"]["name"]}": must be a DNS-1035 label (lower-case letters, digits and '
+            "'-', starting with a letter): the children's Services are named after it")))
     full = defaulted(obj)
     report.errors += structural.check(full, schema())
     if report.errors:

@@ -76,11 +76,11 @@ def valid_specs(draw: st.DrawFn, prefix: str = "fz") -> dict[str, Any]:
     gpus = draw(st.sampled_from([1, 2, 4, 8]))
     tp = gpus * nodes
     dp_attention = draw(st.booleans()) and (algorithm != "DFLASH" or version == "0.5.23")
-    dp = draw(st.sampled_from([d for d in (1, 2, 4, 8, 16) if tp % d == 0])) if dp_attention else draw(
-        st.integers(1, 8))
-    engine: dict[str, Any] = {"tp": tp, "dp": dp, "enableDpAttention": dp_attention, "enableDpLmHead": True}
+    dp = draw(st.sampled_from([d for d in (1, 2, 4, 8, 16) if tp % d == 0])) if dp_attention else 1
+    engine: dict[str, Any] = {"tp": tp, "dp": dp, "enableDpAttention": dp_attention,
+                              "enableDpLmHead": dp_attention}
     if draw(st.booleans()):
-        engine["memFractionStatic"] = draw(st.sampled_from(["0.8", ".85", "0.9", "1", "1.0"]))
+        engine["memFractionStatic"] = draw(st.sampled_from(["0.8", ".85", "0.9", "0.95"]))
     if draw(st.booleans()):
         engine["maxRunningRequests"] = draw(st.integers(1, 4096))
     if draw(st.booleans()):

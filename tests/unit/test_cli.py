@@ -90,7 +90,7 @@ def test_validate_accepts_every_example() -> None:
 @pytest.mark.parametrize(("changes", "words"), [
     ({"spec.speculative.algorithm": "NGRAM"}, ["spec.speculative.algorithm", "0.5.17", "DSPARK, EAGLE"]),
     ({"spec.image.base": "lmsysorg/sglang:v0.5.18-cu129", "spec.image.build": {"policy": "Never"},
-      "spec.engine.enableDpAttention": False,
+      "spec.engine.enableDpAttention": False, "spec.engine.dp": 1,
       "spec.speculative": {"algorithm": "DFLASH", "draftModelPath": "/d"}},
      ["spec.speculative.algorithm", "0.5.18", "DSPARK, EAGLE"]),
 ])

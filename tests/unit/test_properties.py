@@ -25,8 +25,7 @@ def specservings(draw: st.DrawFn) -> dict[str, Any]:
     tp = gpus_per_pod * nodes
     # SGLang runs DFLASH under DP attention from 0.5.23 on (validation.DFLASH_DP_ATTENTION_FROM).
     dp_attention = draw(st.booleans()) and (algorithm != "DFLASH" or version == "0.5.23")
-    dp = draw(st.sampled_from([d for d in (1, 2, 4, 8, 16, 32) if tp % d == 0])) if dp_attention else draw(
-        st.integers(1, 8))
+    dp = draw(st.sampled_from([d for d in (1, 2, 4, 8, 16, 32) if tp % d == 0])) if dp_attention else 1
     backend = draw(st.sampled_from(["mooncake", "mooncake_tcp", "nixl"]))
     transfer: dict[str, Any] = {"backend": backend}
     if backend != "mooncake_tcp" and draw(st.booleans()):
@@ -44,7 +43,8 @@ def specservings(draw: st.DrawFn) -> dict[str, Any]:
         "spec": {
             "model": {"path": "/m/model"},
             "image": {"base": f"lmsysorg/sglang:v{version}-cu129", "build": {"policy": policy}},
-            "engine": {"tp": tp, "dp": dp, "enableDpAttention": dp_attention, "enableDpLmHead": True},
+            "engine": {"tp": tp, "dp": dp, "enableDpAttention": dp_attention,
+                       "enableDpLmHead": dp_attention},
             "speculative": {"algorithm": algorithm, **({"draftModelPath": "/m/draft"} if algorithm == "DFLASH"
                                                        else {})},
             "prefill": {**pool, "speculativeDecoding": draw(st.sampled_from(["Enabled", "Disabled"]))},

@@ -200,3 +200,28 @@ def test_owned_flags_env_and_config_cannot_be_overridden(changes: dict[str, Any]
     report = validate(seed(**changes))
     assert [e.path for e in report.errors] == [path], report.errors
     assert "Forbidden" in report.errors[0].message and words in report.errors[0].message
+
+
+@pytest.mark.parametrize(("changes", "path", "words"), [
+    ({"metadata.name": "1dsv4"}, "metadata.name", "DNS-1035"),
+    ({"metadata.name": "dsv4.flash"}, "metadata.name", "DNS-1035"),
+    ({"spec.engine.enableDpAttention": False}, "spec.engine.dp", "runs 8 copies of the model"),
+    ({"spec.engine.enableDpAttention": False, "spec.engine.dp": 1, "spec.engine.enableDpLmHead": True}, None, ""),
+    ({"spec.engine.memFractionStatic": "1"}, "spec.engine.memFractionStatic", "between 0 and 1"),
+    ({"spec.engine.port": 8998}, "spec.prefill.bootstrapPort", "spec.engine.port uses the same port"),
+    ({"spec.router.port": 29000}, "spec.router.port", "metrics on 29000"),
+    ({"spec.model.path": "/data2/../etc/x"}, "spec.model.path", '".." is not allowed'),
+    ({"spec.model.path": "/data2x/m"}, "spec.model.path", "must lie below spec.model.volume.mountPath"),
+    ({"spec.model.volume.mountPath": "/dev/shm", "spec.model.path": "/dev/shm/m"}, "spec.model.volume.mountPath",
+     "mounts /dev/shm itself"),
+    ({"spec.image.base": "lmsysorg/sglang:v0.5.15-cu129", "spec.image.build": {"policy": "IfNeeded"}},
+     "spec.engine.enableDpAttention", "whatever the --moe-a2a-backend"),
+])
+def test_startup_ports_names_and_paths(changes: dict[str, Any], path: str | None, words: str) -> None:
+    report = validate(seed(**changes))
+    if path is None:
+        assert report.ok, report.errors
+        return
+    found = [e for e in report.errors if e.path == path]
+    assert found and words in found[0].message, report.errors
+    assert ": use one of \n" not in str(report.errors) and not str(report.errors).endswith("use one of ")
