@@ -92,7 +92,7 @@ def valid_specs(draw: st.DrawFn, prefix: str = "fz") -> dict[str, Any]:
     if draw(st.booleans()):
         engine["metrics"] = {"enabled": draw(st.booleans()), "cacheReport": draw(st.booleans())}
     if draw(st.booleans()):
-        engine["port"] = draw(st.integers(1024, 65535))
+        engine["port"] = draw(st.integers(1024, 65535).filter(lambda p: p not in (8998, 20000)))
     speculative: dict[str, Any] = {"algorithm": algorithm}
     if algorithm in ("DFLASH", "EAGLE", "EAGLE3") or draw(st.booleans()):
         speculative["draftModelPath"] = "/models/draft"
