@@ -225,3 +225,8 @@ def test_startup_ports_names_and_paths(changes: dict[str, Any], path: str | None
     found = [e for e in report.errors if e.path == path]
     assert found and words in found[0].message, report.errors
     assert ": use one of \n" not in str(report.errors) and not str(report.errors).endswith("use one of ")
+
+
+def test_an_ib_device_item_names_one_device() -> None:
+    report = validate(seed(**{"spec.transfer.ibDevices": ["mlx5_0,mlx5_1"] * 8}))
+    assert report.errors and {e.path for e in report.errors} == {f"spec.transfer.ibDevices[{i}]" for i in range(8)}

@@ -77,7 +77,7 @@ def _field_schema(f: dataclasses.Field[Any], tp: Any) -> dict[str, Any]:
             schema[prop] = list(m[key]) if key == "enum" else m[key]
     items = schema.get("items")
     if items is not None:
-        for key, prop in (("item_max_length", "maxLength"), ("item_minimum", "minimum"),
+        for key, prop in (("item_max_length", "maxLength"), ("item_pattern", "pattern"), ("item_minimum", "minimum"),
                           ("item_maximum", "maximum")):
             if m.get(key) is not None:
                 items[prop] = m[key]

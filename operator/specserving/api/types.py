@@ -308,7 +308,8 @@ class TransferSpec:
                          default="mooncake", enum=TRANSFER_BACKENDS)
     ib_devices: list[str] | None = field(
         "ibDevices are the RDMA NICs Mooncake uses (--disaggregation-ib-device), one per GPU of a pod, for "
-        "example mlx5_0 ... mlx5_7. Default: Mooncake discovers them.", max_items=64, item_max_length=64)
+        "example mlx5_0 ... mlx5_7. Default: Mooncake discovers them.", max_items=64, item_max_length=64,
+        item_pattern=r"^[A-Za-z0-9_.:-]+$")
     rdma: RdmaSpec = field("rdma is the RDMA device-plugin resource each pod requests (not for mooncake_tcp).",
                            default_factory=RdmaSpec)
     network: NetworkSpec = field("network chooses host networking or a Multus secondary network.",

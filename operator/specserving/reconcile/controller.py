@@ -295,8 +295,10 @@ class Controller(Watched):
         out: dict[str, Workload | None] = {role: None for role in S.POOLS}
         out[L.ROUTER] = revisions.router_workload
         if st.rollout is None:
-            # Nothing was applied by this process yet: describe the only revision there is, if one.
-            only = next(iter(revisions.workloads.values())) if len(revisions.workloads) == 1 else {}
+            # Nothing was applied by this process yet: describe the revision the router pairs, or the only one.
+            paired = revisions.router.revision
+            only = revisions.workloads.get(paired, {}) if paired in revisions.workloads else \
+                next(iter(revisions.workloads.values())) if len(revisions.workloads) == 1 else {}
             for role, child in only.items():
                 out[role] = child.workload
             return out, None
