@@ -22,7 +22,9 @@ from specserving.api.types import SpecServingSpec
 from specserving.capabilities import NEEDS_FIX, UNKNOWN_VERSION, CapabilityTable, load, version_key
 from specserving.problems import Problem, Report
 from specserving.rendering import router
-from specserving.rendering.args import DIST_INIT_PORT, FORBIDDEN_FLAGS, OWNED_FLAGS, flag_name
+from specserving.command_lines import check_command_lines, user_setting
+from specserving.rendering.args import DIST_INIT_PORT
+from specserving.rendering.labels import DECODE, PREFILL
 from specserving.rendering.pods import OWNED_ENV
 from specserving.rendering.image import sglang_version
 
@@ -32,7 +34,6 @@ CRASH = "'NoneType' object has no attribute 'prepare_for_decode'"
 # version that runs DFLASH under DP attention on CUDA.
 DSPARK_DP_MOE_A2A = (("0.5.16", ("none",)), ("0.5.18", ("none", "megamoe")), ("0.5.21", ("none", "megamoe", "mori")))
 DFLASH_DP_ATTENTION_FROM = "0.5.23"
-ROLE_SWITCH_FLAG = "--enable-pd-role-switch"
 
 
 def _fmt(algs: frozenset[str] | set[str]) -> str:
@@ -130,24 +131,9 @@ def check_sglang_startup_rules(spec: SpecServingSpec, table: CapabilityTable) ->
     return report
 
 
-def check_extra_args(spec: SpecServingSpec) -> Report:
-    """extraArgs may not set flags the operator renders from typed fields, nor turn on PD role switching, nor read
-    flags from a file; env may not replace the variables the operator sets."""
+def check_env(spec: SpecServingSpec) -> Report:
+    """env may not replace the variables the operator sets (command lines: command_lines.check_command_lines)."""
     report = Report()
-    for path, args in (("spec.engine.extraArgs", spec.engine.extra_args),
-                       ("spec.prefill.extraArgs", spec.prefill.extra_args),
-                       ("spec.decode.extraArgs", spec.decode.extra_args)):
-        for i, token in enumerate(args or []):
-            flag = flag_name(token)
-            if flag in OWNED_FLAGS:
-                report.errors.append(Problem(f"{path}[{i}]", (
-                    f'Forbidden: "{flag}" is set by the operator from {OWNED_FLAGS[flag]}; remove it from '
-                    "extraArgs and set that field instead")))
-            elif flag == ROLE_SWITCH_FLAG:
-                report.errors.append(Problem(f"{path}[{i}]", (
-                    f'Forbidden: "{flag}" makes SGLang refuse every speculative algorithm; remove it')))
-            elif flag in FORBIDDEN_FLAGS:
-                report.errors.append(Problem(f"{path}[{i}]", f'Forbidden: "{flag}": {FORBIDDEN_FLAGS[flag]}'))
     for path, env in (("spec.engine.env", spec.engine.env), ("spec.prefill.env", spec.prefill.env),
                       ("spec.decode.env", spec.decode.env)):
         for i, entry in enumerate(env or []):
@@ -160,25 +146,7 @@ def check_extra_args(spec: SpecServingSpec) -> Report:
 
 
 CONTEXT_LENGTH_FLAG = "--context-length"
-
-
-def _settings(paths_args: list[tuple[str, list[str] | None]], flag: str) -> tuple[str, str] | None:
-    """(field path, value) of the last token that sets `flag` across the lists, in order; a flag without a value
-    is "true". None when no list sets it (SGLang's default applies)."""
-    found = None
-    for path, args in paths_args:
-        tokens = list(args or [])
-        for i, token in enumerate(tokens):
-            if flag_name(token) != flag:
-                continue
-            if "=" in token:
-                value = token.split("=", 1)[1]
-            elif i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
-                value = tokens[i + 1]
-            else:
-                value = "true"
-            found = (f"{path}[{i}]", value)
-    return found
+PP_SIZE_FLAG = "--pp-size"
 
 
 def _describe(setting: tuple[str, str] | None) -> str:
@@ -191,10 +159,9 @@ def check_pd_symmetric(spec: SpecServingSpec, table: CapabilityTable) -> Report:
     report = Report()
     version = sglang_version(spec)
     where = f"SGLang {version}" if table.lookup(version) else "SGLang"
-    engine = ("spec.engine.extraArgs", spec.engine.extra_args)
     for flag in (*table.symmetric_flags(version), CONTEXT_LENGTH_FLAG):
-        prefill = _settings([engine, ("spec.prefill.extraArgs", spec.prefill.extra_args)], flag)
-        decode = _settings([engine, ("spec.decode.extraArgs", spec.decode.extra_args)], flag)
+        prefill = user_setting(spec, PREFILL, flag)
+        decode = user_setting(spec, DECODE, flag)
         if (prefill and prefill[1]) == (decode and decode[1]):
             continue
         blamed = decode if decode and not decode[0].startswith("spec.engine") else prefill
@@ -220,9 +187,10 @@ def check_router(spec: SpecServingSpec) -> Report:
             "http://0.0.0.<rank>/generate, so nothing is served; set spec.router.implementation: smg (which routes "
             "DP ranks) or leave dpAware unset")))
     if not router.implementation_known(spec):
-        version = sglang_version(spec) or "of this image"
+        version = sglang_version(spec)
+        image = f"the SGLang {version} image" if version else "this image"
         report.warnings.append(Problem("spec.router.implementation", (
-            f"which router the SGLang {version} image carries is not recorded; rendering "
+            f"which router {image} carries is not recorded; rendering "
             f"{router.DEFAULT_IMPLEMENTATION} ({' '.join(router.LAUNCHERS[router.DEFAULT_IMPLEMENTATION])}). Set "
             "spec.router.implementation (sglang-router or smg), and spec.router.image if the serving image has "
             "no router")))
@@ -244,6 +212,13 @@ def check_parallelism(spec: SpecServingSpec) -> Report:
         report.errors.append(Problem("spec.engine.enableDpLmHead", (
             "Invalid value: true: SGLang refuses --enable-dp-lm-head without --enable-dp-attention; set "
             "enableDpLmHead: false, or enableDpAttention: true")))
+    for role in (PREFILL, DECODE):
+        pipeline = user_setting(spec, role, PP_SIZE_FLAG)
+        if pipeline is not None and pipeline[1] != "1":
+            report.errors.append(Problem(pipeline[0], (
+                f'Invalid value: "{pipeline[1]}": {PP_SIZE_FLAG} {pipeline[1]} needs tp x pp = {eng.tp} x '
+                f"{pipeline[1]} GPUs per replica, but a replica gets tp = {eng.tp} GPUs; remove it (pipeline "
+                "parallelism is not supported) and size the replica with spec.engine.tp and nodesPerReplica")))
     if eng.mem_fraction_static is not None and not 0 < float(eng.mem_fraction_static) < 1:
         report.errors.append(Problem("spec.engine.memFractionStatic", (
             f'Invalid value: "{eng.mem_fraction_static}": must lie between 0 and 1 (the rest of GPU memory holds '
@@ -344,7 +319,7 @@ def semantic_checks(spec: SpecServingSpec, table: CapabilityTable | None = None)
     """The rules the CRD cannot express, on a spec that already passed the schema and CEL."""
     table = table or load()
     report = Report()
-    for check in (check_pd_builder(spec, table), check_sglang_startup_rules(spec, table), check_extra_args(spec),
+    for check in (check_pd_builder(spec, table), check_sglang_startup_rules(spec, table), check_env(spec), check_command_lines(spec),
                   check_pd_symmetric(spec, table), check_router(spec), check_resources(spec),
                   check_parallelism(spec), check_ports_and_paths(spec), check_warnings(spec)):
         report.extend(check)

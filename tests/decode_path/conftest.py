@@ -10,7 +10,6 @@ are missing the tests fail and say so; they are never skipped.
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import importlib.util
 import json
 import os
@@ -63,7 +62,6 @@ def pdfix_site(envs: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -
 
 
 PROBE_ARGS = ("-m", "specserving_pdfix.probe", "--compare")
-ROUTER_PINS = ROOT / "hack/stand-in-router/requirements.txt"
 RUN_TIMEOUT = 600  # seconds for one run; an import of torch and SGLang takes 5-20
 
 
@@ -137,7 +135,8 @@ class Runner:
         env_of = self._envs[run.version]
         cmd, environ = gen.python_command(env_of, self._pdfix_site, *run.args)
         if run.router:
-            environ["PYTHONPATH"] = os.pathsep.join([str(router_dir()), env_of["pythonpath"][-1]])
+            environ["PYTHONPATH"] = os.pathsep.join([str(router_dir()), env_of["pythonpath"][-1],
+                                                     str(self._pdfix_site)])
         return cmd, environ
 
     def start(self, run: Run) -> concurrent.futures.Future[subprocess.CompletedProcess[str]]:
@@ -165,15 +164,8 @@ class Runner:
         self._pool.shutdown(wait=True)
 
 
-def router_pins() -> dict[str, str]:
-    """PyPI name -> version of the router wheels hack/decode-path-env.sh installs (and the stand-in image has)."""
-    lines = [ln.strip() for ln in ROUTER_PINS.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-    return dict(ln.split("==", 1) for ln in lines)
-
-
-def router_dir() -> Path:
-    digest = hashlib.sha256(ROUTER_PINS.read_bytes()).hexdigest()[:12]
-    return gen.cache_dir() / f"routers-{digest}"
+router_pins = gen.router_pins
+router_dir = gen.router_dir
 
 
 @pytest.fixture(scope="session")

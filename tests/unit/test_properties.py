@@ -141,3 +141,42 @@ def test_every_flag_and_env_the_operator_renders_is_owned(obj: dict[str, Any], e
         assert flags <= set(OWNED_FLAGS), flags - set(OWNED_FLAGS)
         names = {e["name"] for e in container["env"]}
         assert names <= set(OWNED_ENV), names - set(OWNED_ENV)
+
+
+@settings(max_examples=150, deadline=None)
+@given(specservings(), st.booleans(), st.sampled_from([None, "sglang-router", "smg"]))
+def test_every_rendered_command_line_parses_with_its_versions_rules(obj: dict[str, Any], every_field: bool,
+                                                                   router_implementation: str | None) -> None:
+    """Every container argv the renderer writes for an admitted spec is read without an error by the generated
+    parser rules of its program: the SGLang version of the image for the pools, the chosen router's for the router."""
+    from specserving import argv
+    from specserving.command_lines import check_command_lines
+    from specserving.rendering.router import LAUNCHERS
+
+    if every_field:
+        obj["spec"]["engine"].update(ALL_ENGINE_FIELDS)
+        obj["spec"]["model"]["servedModelName"] = "m"
+        obj["spec"]["model"]["trustRemoteCode"] = True
+    if router_implementation:
+        obj["spec"]["router"] = {"implementation": router_implementation}
+    report = validate(obj)
+    if report.spec is not None:
+        # Typed fields the strategy draws are valid on every version: none may be refused for its command line
+        # (else a renderer bug would hide behind assume).
+        assert not check_command_lines(report.spec).errors, check_command_lines(report.spec).errors
+    assume(report.ok)
+    assert report.spec is not None
+    children = render(report.spec, obj["metadata"])
+    version = obj["spec"]["image"]["base"].split(":v")[1].split("-")[0]
+    for role, template in _pod_specs(children):
+        (container,) = template["spec"]["containers"]
+        parsed = argv.parse(argv.tokens(container["args"], role), argv.sglang(version))
+        assert not parsed.errors, (role, [e.message for e in parsed.errors])
+    (router,) = [c for c in children if c["kind"] == "Deployment" and c["metadata"]["labels"]["specserving.io/role"]
+                 == "router"]
+    container = router["spec"]["template"]["spec"]["containers"][0]
+    implementation = next(name for name, launcher in LAUNCHERS.items() if launcher == container["command"])
+    grammar = argv.router(implementation)
+    assert grammar is not None
+    parsed = argv.parse(argv.tokens(container["args"], "router"), grammar)
+    assert not parsed.errors, [e.message for e in parsed.errors]

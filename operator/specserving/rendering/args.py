@@ -67,7 +67,14 @@ FORBIDDEN_FLAGS: dict[str, str] = {
 
 
 def server_args(spec: SpecServingSpec, role: str, *, multinode: bool) -> list[str]:
-    """The SGLang flags of one pool's serving container (its command is LAUNCHER)."""
+    """The SGLang flags of one pool's serving container (its command is LAUNCHER): the typed fields' flags, then
+    engine.extraArgs, then the pool's extraArgs."""
+    return [*typed_server_args(spec, role, multinode=multinode), *(spec.engine.extra_args or []),
+            *(spec.pool(role).extra_args or [])]
+
+
+def typed_server_args(spec: SpecServingSpec, role: str, *, multinode: bool) -> list[str]:
+    """The flags the operator renders from typed fields (every one in OWNED_FLAGS)."""
     eng, spec_dec, transfer = spec.engine, spec.speculative, spec.transfer
     pool = spec.pool(role)
     args = ["--model-path", spec.model.path]
@@ -125,7 +132,6 @@ def server_args(spec: SpecServingSpec, role: str, *, multinode: bool) -> list[st
         # Kubernetes expands $(VAR) in args from the container's env, which the LeaderWorkerSet injects.
         args += ["--nnodes", str(pool.nodes_per_replica), "--node-rank", "$(LWS_WORKER_INDEX)",
                  "--dist-init-addr", f"$(LWS_LEADER_ADDRESS):{DIST_INIT_PORT}"]
-    args += [*(eng.extra_args or []), *(pool.extra_args or [])]
     return args
 
 

@@ -15,11 +15,11 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from specserving import argv
 from specserving.api.naming import REVISION_LENGTH
 from specserving.api.types import SpecServingSpec
 from specserving.capabilities import CapabilityTable
 from specserving.capabilities import load as load_capabilities
-from specserving.rendering.args import flag_name
 from specserving.rendering.image import ResolvedImage
 from specserving.rendering.labels import DECODE, PREFILL
 
@@ -68,12 +68,13 @@ CONTRACT_FLAG_PREFIXES = ("--speculative-", "--disaggregation-")
 CONTRACT_ENV_PREFIXES = ("SGLANG_", "MC_")
 
 
-def _flag_values(args: Iterable[str], contract: frozenset[str]) -> dict[str, list[str]]:
-    """The contract flags among `args` with the tokens that follow each (up to the next flag)."""
+def _flag_values(args: Iterable[str], contract: frozenset[str], grammar: argv.Grammar) -> dict[str, list[str]]:
+    """The contract flags among `args` with the tokens that follow each (up to the next flag). A flag is named as
+    the version's parser resolves it, so an abbreviation (`--page-s 64`) counts as the flag it sets."""
     found: dict[str, list[str]] = {}
     current: list[str] | None = None
     for token in args:
-        name = flag_name(token)
+        name = argv.canonical(token, grammar)
         if name is not None:
             current = None
             if name in contract or name.startswith(CONTRACT_FLAG_PREFIXES):
@@ -90,6 +91,7 @@ def fields(spec: SpecServingSpec, image: ResolvedImage, table: CapabilityTable |
     """The contract of `spec` on `image`, as field path -> value (JSON-serialisable, stable)."""
     table = table or load_capabilities()
     contract = CONTRACT_FLAGS | frozenset(table.symmetric_flags(image.sglang_version))
+    grammar = argv.sglang(image.sglang_version)
     eng = spec.engine
     out: dict[str, Any] = {
         "image": image.ref,
@@ -109,7 +111,7 @@ def fields(spec: SpecServingSpec, image: ResolvedImage, table: CapabilityTable |
     }
     for role in (PREFILL, DECODE):
         args = [*(eng.extra_args or []), *(spec.pool(role).extra_args or [])]
-        for flag, values in sorted(_flag_values(args, contract).items()):
+        for flag, values in sorted(_flag_values(args, contract, grammar).items()):
             out[f"{role} {flag}"] = values
     env = [e for e in eng.env or [] if str(e.get("name", "")).startswith(CONTRACT_ENV_PREFIXES)]
     if env:

@@ -60,7 +60,37 @@ def _selector_args(name: str, spec: SpecServingSpec, role: str, revision: str) -
     return [f"{k}={v}" for k, v in sorted(sel.items())]
 
 
+# Router flag -> what decides it. spec.router.extraArgs may not set these (nor any alias of one): two values for one
+# setting would leave the router's behaviour to argparse's last-one-wins rule, and static worker lists or another
+# selector would pair pods of two revisions (or of another SpecServing).
+ROUTER_OWNED_FLAGS: dict[str, str] = {
+    "--pd-disaggregation": "the operator (the router always pairs prefill and decode)",
+    "--service-discovery": "the operator (workers are the pools' pods)",
+    "--prefill-selector": "the operator (the prefill pods of the serving revision)",
+    "--decode-selector": "the operator (the decode pods of the serving revision)",
+    "--service-discovery-namespace": "the operator (the SpecServing's namespace)",
+    "--service-discovery-port": "spec.engine.port",
+    "--policy": "spec.router.policy",
+    "--prefill-policy": "spec.router.prefillPolicy",
+    "--decode-policy": "spec.router.decodePolicy",
+    "--dp-aware": "spec.router.dpAware",
+    "--disable-tokenizer-autoload": "the operator (smg: PD routing needs no tokenizer)",
+    "--host": "the operator (always 0.0.0.0)",
+    "--port": "spec.router.port",
+    "--prometheus-port": f"the operator (metrics on {METRICS_PORT})",
+    "--worker-urls": "the operator (workers come from service discovery)",
+    "--prefill": "the operator (workers come from service discovery)",
+    "--decode": "the operator (workers come from service discovery)",
+    "--selector": "the operator (the pools' selectors)",
+}
+
+
 def router_args(name: str, spec: SpecServingSpec, revision: str) -> list[str]:
+    """The router's command line: the typed flags (typed_router_args), then spec.router.extraArgs."""
+    return [*typed_router_args(name, spec, revision), *(spec.router.extra_args or [])]
+
+
+def typed_router_args(name: str, spec: SpecServingSpec, revision: str) -> list[str]:
     """The command-line flags, spelled as both implementations' parsers accept them, plus smg's own where it
     needs one (the decode_path tier runs the chosen implementation's parser on them for every SGLang version).
     The selectors name one PD-contract revision: the router never pairs pods of two."""
@@ -83,7 +113,7 @@ def router_args(name: str, spec: SpecServingSpec, revision: str) -> list[str]:
         # measured). PD routing over HTTP needs no tokenizer.
         args.append("--disable-tokenizer-autoload")
     args += ["--host", "0.0.0.0", "--port", str(r.port), "--prometheus-port", str(METRICS_PORT)]
-    return args + list(r.extra_args or [])
+    return args
 
 
 # How long a router pod that is leaving stays in its Service's endpoints while requests still arrive, before it
