@@ -1,6 +1,8 @@
 """The `specserving` command: render, validate and print the CRD offline; run the operator.
 
-Bad input gets one line on stderr naming the problem, exit code 2, and no traceback.
+Exit codes: 0 accepted, 1 refused (a SpecServing that validation refuses, schema errors included), 2 unreadable
+or not a SpecServing (a missing file, not YAML, too large or deep, another kind). Bad input gets one line on stderr
+naming the problem and no traceback; a traceback is a bug.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from typing import Any
 
 import yaml
 
-EXIT_REFUSED = 1  # a well-formed SpecServing that validation refuses
-EXIT_INVALID = 2  # input that is not a SpecServing at all: missing file, not YAML, wrong kind, unknown fields
+EXIT_REFUSED = 1  # a SpecServing that validation refuses (schema, CEL or semantic errors)
+EXIT_INVALID = 2  # input that is not a SpecServing at all: missing file, not YAML, too large, another kind
 
 
 class InputError(Exception):
@@ -112,7 +114,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
     if report.errors:
         print(f"{args.file}: {len(report.errors)} error(s); nothing would be admitted", file=sys.stderr)
-        return EXIT_INVALID if report.malformed else EXIT_REFUSED
+        return EXIT_INVALID if report.not_a_specserving else EXIT_REFUSED
     print(f"{args.file}: valid")
     return 0
 
@@ -126,7 +128,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if report.errors:
         for e in report.errors:
             print(f"error: {e}", file=sys.stderr)
-        return EXIT_INVALID if report.malformed else EXIT_REFUSED
+        return EXIT_INVALID if report.not_a_specserving else EXIT_REFUSED
     if args.namespace:
         obj.setdefault("metadata", {})["namespace"] = args.namespace
     image, warning = _build_placeholder(report.spec, args.build_registry)
@@ -207,7 +209,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if report.errors:
         for e in report.errors:
             print(f"error: {e}", file=sys.stderr)
-        return EXIT_INVALID if report.malformed else EXIT_REFUSED
+        return EXIT_INVALID if report.not_a_specserving else EXIT_REFUSED
     current = None
     if args.live:
         meta = obj.get("metadata") or {}

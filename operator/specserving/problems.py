@@ -25,6 +25,8 @@ class Report:
     warnings: list[Problem] = field(default_factory=list)
     # True when the object is not a well-formed SpecServing at all (wrong kind, unknown fields, wrong types).
     malformed: bool = False
+    # True when it is not a SpecServing at all (another kind, or no name): the CLI exits 2, not 1.
+    not_a_specserving: bool = False
 
     @property
     def ok(self) -> bool:

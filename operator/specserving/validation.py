@@ -147,6 +147,9 @@ def check_env(spec: SpecServingSpec) -> Report:
 
 CONTEXT_LENGTH_FLAG = "--context-length"
 PP_SIZE_FLAG = "--pp-size"
+# The algorithms SGLang's _handle_eagle_family configures (speculative_hook.py, 0.5.14 to 0.5.23).
+EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"})
+ADAPTIVE_FLAG = "--speculative-adaptive"
 
 
 def _describe(setting: tuple[str, str] | None) -> str:
@@ -219,6 +222,16 @@ def check_parallelism(spec: SpecServingSpec) -> Report:
                 f'Invalid value: "{pipeline[1]}": {PP_SIZE_FLAG} {pipeline[1]} needs tp x pp = {eng.tp} x '
                 f"{pipeline[1]} GPUs per replica, but a replica gets tp = {eng.tp} GPUs; remove it (pipeline "
                 "parallelism is not supported) and size the replica with spec.engine.tp and nodesPerReplica")))
+    spec_dec = spec.speculative
+    if spec_dec.algorithm in EAGLE_FAMILY and spec_dec.num_steps is None \
+            and user_setting(spec, DECODE, ADAPTIVE_FLAG) is None:
+        for path, value in (("spec.speculative.eagleTopk", spec_dec.eagle_topk),
+                            ("spec.speculative.numDraftTokens", spec_dec.num_draft_tokens)):
+            if value is not None:
+                report.errors.append(Problem(path, (
+                    f"Invalid value: {value}: SGLang chooses numSteps, eagleTopk and numDraftTokens together for "
+                    f"{spec_dec.algorithm} and asserts that none is set when numSteps is not; set "
+                    "spec.speculative.numSteps too, or remove this field")))
     if eng.mem_fraction_static is not None and not 0 < float(eng.mem_fraction_static) < 1:
         report.errors.append(Problem("spec.engine.memFractionStatic", (
             f'Invalid value: "{eng.mem_fraction_static}": must lie between 0 and 1 (the rest of GPU memory holds '
@@ -254,11 +267,13 @@ def check_ports_and_paths(spec: SpecServingSpec) -> Report:
         if ".." in value.split("/"):
             report.errors.append(Problem(path, (
                 f'Invalid value: "{value}": ".." is not allowed; give the path from the root')))
-        elif vol is not None and path == "spec.model.path":
-            mount = vol.mount_path.rstrip("/") or "/"
-            if not (value == mount or value.startswith(mount if mount == "/" else mount + "/")):
+        elif vol is not None and (path == "spec.model.path" or value.startswith("/")):
+            # A draft model given as a hub name ("org/draft") is fetched by SGLang; a path must be on the volume.
+            mount, normal = posixpath.normpath(vol.mount_path), posixpath.normpath(value)
+            if not (normal == mount or normal.startswith(mount if mount == "/" else mount + "/")):
                 report.errors.append(Problem(path, (
-                    f'Invalid value: "{value}": must lie below spec.model.volume.mountPath ({vol.mount_path})')))
+                    f'Invalid value: "{value}": must lie below spec.model.volume.mountPath ({vol.mount_path}), the '
+                    "only model volume the pods mount")))
     if vol is not None:
         mount = posixpath.normpath(vol.mount_path)
         for reserved in RESERVED_MOUNTS:
@@ -305,6 +320,42 @@ def check_resources(spec: SpecServingSpec) -> Report:
     return report
 
 
+# The image reference grammar (github.com/distribution/reference, grammar.go), written out: an optional registry
+# host[:port], lower-case path components joined by "/" (separators ".", "_", "__" or dashes), then an optional
+# ":tag" (up to 128 word characters, dots and dashes) and an optional "@algorithm:hex" digest.
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_NAME = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+_TAG = r"[\w][\w.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+IMAGE_REFERENCE = re.compile(rf"({_NAME})(?::{_TAG})?(?:@{_DIGEST})?")
+REPOSITORY = re.compile(_NAME)
+NAME_MAX_LENGTH = 255
+
+
+def check_image_references(spec: SpecServingSpec) -> Report:
+    """Images the kubelet must pull and the repository the build pushes to, parsed by the reference grammar: a
+    malformed one is refused here instead of leaving pods in InvalidImageName."""
+    report = Report()
+    for path, value, pattern, example in (
+            ("spec.image.base", spec.image.base, IMAGE_REFERENCE, "lmsysorg/sglang:v0.5.23-cu129"),
+            ("spec.router.image", spec.router.image, IMAGE_REFERENCE, "lmsysorg/sglang:v0.5.23-cu129"),
+            ("spec.image.build.registry", spec.image.build.registry, REPOSITORY, "registry.example.com/sglang-pd")):
+        if value is None:
+            continue
+        match = pattern.fullmatch(value)
+        if match is None:
+            hint = " (repository path components must be lower-case)" if value != value.lower() else ""
+            report.errors.append(Problem(path, (
+                f'Invalid value: "{value}": not a valid image reference{hint}; write it as '
+                f"[registry/]repository[:tag][@digest], for example {example}")))
+        elif len(match.group(1) if pattern is IMAGE_REFERENCE else value) > NAME_MAX_LENGTH:
+            report.errors.append(Problem(path, (
+                f'Invalid value: "{value}": the repository name is longer than {NAME_MAX_LENGTH} characters')))
+    return report
+
+
 def check_warnings(spec: SpecServingSpec) -> Report:
     report = Report()
     if spec.prefill.speculative_decoding == "Disabled":
@@ -321,7 +372,8 @@ def semantic_checks(spec: SpecServingSpec, table: CapabilityTable | None = None)
     report = Report()
     for check in (check_pd_builder(spec, table), check_sglang_startup_rules(spec, table), check_env(spec), check_command_lines(spec),
                   check_pd_symmetric(spec, table), check_router(spec), check_resources(spec),
-                  check_parallelism(spec), check_ports_and_paths(spec), check_warnings(spec)):
+                  check_parallelism(spec), check_ports_and_paths(spec), check_image_references(spec),
+                  check_warnings(spec)):
         report.extend(check)
     return report
 
@@ -344,17 +396,17 @@ def validate(obj: dict[str, Any], table: CapabilityTable | None = None, *, run_c
         report.errors.append(Problem("kind", (
             f"expected apiVersion {API_VERSION} and kind {KIND}, got {obj.get('apiVersion')!r} and "
             f"{obj.get('kind')!r}")))
-        report.malformed = True
+        report.malformed = report.not_a_specserving = True
         return report
     if not isinstance(obj.get("metadata"), dict) or not obj["metadata"].get("name"):
         report.errors.append(Problem("metadata.name", "Required value: give the SpecServing a name"))
-        report.malformed = True
+        report.malformed = report.not_a_specserving = True
         return report
     if not DNS_1035.match(str(obj["metadata"]["name"])):
         report.errors.append(Problem("metadata.name", (
             f'Invalid value: "{obj["metadata"]["name"]}": must be a DNS-1035 label (lower-case letters, digits and '
             "'-', starting with a letter): the children's Services are named after it")))
-    full = defaulted(obj)
+    full = structural.whole_numbers(defaulted(obj), schema())
     report.errors += structural.check(full, schema())
     if report.errors:
         report.malformed = True

@@ -68,7 +68,7 @@ REFUSED: list[tuple[str, dict[str, Any], list[str]]] = [
     ("dflash-0.5.18-without-fix", {"spec.image.base": "lmsysorg/sglang:v0.5.18-cu129",
                                    "spec.image.build": {"policy": "Never"}, "spec.engine.enableDpAttention": False,
                                    "spec.engine.dp": 1,
-                                   "spec.speculative": {"algorithm": "DFLASH", "draftModelPath": "/d"}},
+                                   "spec.speculative": {"algorithm": "DFLASH", "draftModelPath": "/data2/d"}},
      ["spec.speculative.algorithm", "SGLang 0.5.18", "build.policy to IfNeeded"]),
     ("dspark-0.5.16-without-fix", {"spec.image.base": "lmsysorg/sglang:v0.5.16-cu129",
                                    "spec.image.build": {"policy": "Never"}},

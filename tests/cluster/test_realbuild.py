@@ -188,7 +188,7 @@ def test_a_build_whose_probe_finds_no_builder_fails_for_real(cluster: Cluster, n
     ns = namespace
     op = operator_for(broken)
     cluster.apply(seed(**{"metadata.name": "broken", "spec.image.base": base_0518.split("@")[0],
-                          "spec.speculative.algorithm": "DFLASH", "spec.speculative.draftModelPath": "/models/draft",
+                          "spec.speculative.algorithm": "DFLASH", "spec.speculative.draftModelPath": "/data2/draft",
                           "spec.engine.dp": 1, "spec.engine.enableDpAttention": False}), namespace=ns)
 
     def failed() -> dict[str, Any] | None:

@@ -95,7 +95,7 @@ def valid_specs(draw: st.DrawFn, prefix: str = "fz") -> dict[str, Any]:
         engine["port"] = draw(st.integers(1024, 65535).filter(lambda p: p not in (8998, 20000)))
     speculative: dict[str, Any] = {"algorithm": algorithm}
     if algorithm in ("DFLASH", "EAGLE", "EAGLE3") or draw(st.booleans()):
-        speculative["draftModelPath"] = "/models/draft"
+        speculative["draftModelPath"] = "/models/m/draft"
     if draw(st.booleans()):
         steps = draw(st.integers(1, 8))
         speculative.update({"numSteps": steps, "numDraftTokens": steps + 1})

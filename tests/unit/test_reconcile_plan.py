@@ -40,7 +40,7 @@ def test_an_invalid_generation_has_errors_and_no_children() -> None:
 
 def test_an_algorithm_only_the_fix_supplies_is_not_started_on_the_base_image() -> None:
     # 0.5.17 has DFLASH only with the fix (and, before 0.5.23, without DP attention).
-    plan = make_plan(stored(**{"spec.speculative.algorithm": "DFLASH", "spec.speculative.draftModelPath": "/d",
+    plan = make_plan(stored(**{"spec.speculative.algorithm": "DFLASH", "spec.speculative.draftModelPath": "/data2/d",
                                "spec.engine.enableDpAttention": False, "spec.engine.dp": 1}))
     assert plan.admitted and plan.children == ()
     assert "has no PD-decode draft-input builder for DFLASH" in (plan.unrunnable or "")

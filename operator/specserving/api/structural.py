@@ -81,6 +81,21 @@ def _validator(openapi: dict[str, Any]) -> jsonschema.Draft7Validator:
     return hit[1]
 
 
+def whole_numbers(value: Any, node: dict[str, Any]) -> Any:
+    """`value` with every whole float at an integer field made an int (8.0 -> 8), as the apiserver stores it: JSON
+    has one number type, and the schema's "integer" admits 8.0. Rules downstream then see the integer."""
+    kind = node.get("type")
+    if kind == "integer" and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if kind == "object" and isinstance(value, dict):
+        props, extra = node.get("properties", {}), node.get("additionalProperties")
+        return {k: whole_numbers(v, props.get(k) or (extra if isinstance(extra, dict) else {}))
+                for k, v in value.items()}
+    if kind == "array" and isinstance(value, list) and isinstance(node.get("items"), dict):
+        return [whole_numbers(v, node["items"]) for v in value]
+    return value
+
+
 def check(obj: dict[str, Any], openapi: dict[str, Any]) -> list[Problem]:
     """Every structural error in `obj` (a whole SpecServing), with its field path."""
     validator = _validator(openapi)
