@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 # Everything heavy (Go-built control plane, SGLang venvs, wheels) lives outside the repo, keyed by version.
 export SPECSERVING_CACHE ?= $(HOME)/.cache/specserving
 
-.PHONY: help venv test test-unit test-decode-path test-cluster demo render cluster-up cluster-down cluster-env cluster-build crds bench reliability
+.PHONY: help venv test test-unit test-decode-path test-fuzz test-cluster demo render cluster-up cluster-down cluster-env cluster-build crds bench reliability
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -23,9 +23,10 @@ $(PY): pyproject.toml
 venv: $(PY) ## create .venv with the operator and its test tools
 
 # The decode_path tier keeps both cores busy with SGLang subprocesses while the cluster tier mostly waits on the
-# control plane, so after the unit tier the two run side by side; each tier's output is printed whole when it ends.
-test: test-unit ## run every test tier: unit, then decode_path and cluster side by side
-	$(MAKE) --no-print-directory --output-sync=target -j2 test-decode-path test-cluster
+# control plane, so after the unit tier the two run side by side, and the fuzz tier takes the decode_path tier's
+# slot when it ends; each tier's output is printed whole when it ends.
+test: test-unit ## run every test tier: unit, then decode_path (then fuzz) beside cluster
+	$(MAKE) --no-print-directory --output-sync=target -j2 test-decode-path test-cluster test-fuzz
 
 test-unit: $(PY) ## pure tests: spec model, CRD, renderer golden files, validation; the layers and types
 	$(VENV)/bin/lint-imports --no-cache
@@ -35,6 +36,9 @@ test-unit: $(PY) ## pure tests: spec model, CRD, renderer golden files, validati
 test-decode-path: $(PY) ## the real SGLang wheels of every supported version, on CPU
 	bash hack/decode-path-env.sh
 	$(PY) -m pytest --durations=5 tests/decode_path
+
+test-fuzz: $(PY) ## 10,000 mutated, malformed and hostile inputs through the CLI: an answer for each, no traceback
+	$(PY) -m pytest --durations=5 tests/fuzz
 
 test-cluster: $(PY) cluster-build ## the real control plane on 127.0.0.1: operator, webhook, chart, reliability (CI size), bench smoke
 	$(PY) -m pytest --durations=12 tests/cluster tests/reliability tests/bench

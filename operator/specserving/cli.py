@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from specserving.problems import printable
+
 EXIT_REFUSED = 1  # a SpecServing that validation refuses (schema, CEL or semantic errors)
 EXIT_INVALID = 2  # input that is not a SpecServing at all: missing file, not YAML, too large, another kind
 
@@ -63,6 +65,19 @@ def _check_shape(node: yaml.Node, path: str) -> None:
     size(node, 0)
 
 
+def _check_nesting(text: str, path: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH from the parser's event stream, which stops at the first level too
+    many; composing first would recurse through all of them (a megabyte of "[" takes seconds)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise InputError(f"{path}: nested deeper than {MAX_DEPTH} levels; a SpecServing is not")
+        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            depth -= 1
+
+
 def load_object(path: str) -> dict[str, Any]:
     """Read one SpecServing from a YAML file ('-' for stdin), bounded in size, depth and alias expansion."""
     try:
@@ -84,6 +99,7 @@ def load_object(path: str) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
     try:
+        _check_nesting(text, path)
         nodes = [n for n in yaml.compose_all(text, Loader=yaml.SafeLoader) if n is not None]
         for node in nodes:
             _check_shape(node, path)
@@ -381,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except InputError as exc:
-        print(f"specserving: {exc}", file=sys.stderr)
+        # One line, whatever the parser's message or the file's name holds.
+        print(f"specserving: {printable(' '.join(str(exc).split()))}", file=sys.stderr)
         return EXIT_INVALID
     except BrokenPipeError:
         return 0

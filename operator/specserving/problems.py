@@ -14,7 +14,15 @@ class Problem:
 
     def __str__(self) -> str:
         # Rules on the whole object (such as the name-length rule) name their field in the message itself.
-        return f"{self.path}: {self.message}" if self.path else self.message
+        return printable(f"{self.path}: {self.message}" if self.path else self.message)
+
+
+def printable(text: str) -> str:
+    """`text` with control characters and line separators escaped (\\x1e, \\n): a key or value from the user
+    must not split a one-line error in a terminal, a log or an admission response."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 @dataclass
