@@ -209,12 +209,13 @@ class Kube:
         found: dict[str, Any] = self.request("GET", res.path(namespace, name))
         return found
 
-    def apply(self, res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
-        """Server-side apply of `obj` under the operator's field manager, taking over conflicting fields."""
+    def apply(self, res: Resource, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        """Server-side apply of `obj` under the operator's field manager, taking over conflicting fields; with
+        `dry_run`, validated and admitted by the API server but not stored."""
         meta = obj["metadata"]
+        query = {"fieldManager": FIELD_MANAGER, "force": "true", **({"dryRun": "All"} if dry_run else {})}
         applied: dict[str, Any] = self.request(
-            "PATCH", res.path(meta.get("namespace"), meta["name"]),
-            query={"fieldManager": FIELD_MANAGER, "force": "true"}, body=obj, content_type=APPLY,
+            "PATCH", res.path(meta.get("namespace"), meta["name"]), query=query, body=obj, content_type=APPLY,
             verb="APPLY")
         return applied
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from specserving.api.naming import DECODE, PREFILL
+from specserving.api.types import RolloutSpec
 
 ROLES = (PREFILL, DECODE)
 
@@ -67,6 +68,11 @@ class Strategy:
     @property
     def name(self) -> str:
         return SURGE if self.max_surge is None else STEPPED
+
+    @classmethod
+    def of(cls, rollout: RolloutSpec) -> Strategy:
+        """The strategy spec.rollout asks for (maxSurge only counts under Stepped)."""
+        return cls(None if rollout.strategy == SURGE else rollout.max_surge)
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ def preview(new: SpecServingSpec, current: Current | None) -> Preview:
     after = contract.fields(new, image)
     target = contract.revision_of(after)
     wanted = {role: new.pool(role).replicas for role in ROLES}
-    strategy = Strategy(None if new.rollout.strategy == "Surge" else new.rollout.max_surge)
+    strategy = Strategy.of(new.rollout)
     if current is None:
         return Preview(None, target, [], certain, image, strategy, [])
     before = contract.fields(current.spec, current.image)

@@ -12,6 +12,7 @@ import json
 import posixpath
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from specserving import API_VERSION, KIND
@@ -293,6 +294,22 @@ QUANTITY = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|
 RESOURCE_KEYS = ("requests", "limits")
 
 
+_QUANTITY_SUFFIXES: dict[str, Decimal] = {
+    **{s: Decimal(2) ** (10 * i) for i, s in enumerate(("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+    **{s: Decimal(10) ** e for s, e in (("n", -9), ("u", -6), ("m", -3), ("k", 3), ("M", 6), ("G", 9), ("T", 12),
+                                         ("P", 15), ("E", 18))}}
+
+
+def quantity_value(text: str) -> Decimal:
+    """The value of a Kubernetes quantity that matched QUANTITY (for comparing a request with its limit)."""
+    match = re.fullmatch(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))([eE][+-]?\d+|[a-zA-Z]*)", text)
+    assert match is not None
+    number, suffix = match.groups()
+    if suffix[:1] in ("e", "E") and suffix[1:].lstrip("+-").isdigit():
+        return Decimal(number + suffix)
+    return Decimal(number) * _QUANTITY_SUFFIXES[suffix]
+
+
 def check_resources(spec: SpecServingSpec) -> Report:
     """resources objects are free-form in the schema (they are Kubernetes ResourceRequirements); make sure they
     are what the pods will take, so a bad one is refused here rather than breaking every reconcile pass."""
@@ -317,6 +334,38 @@ def check_resources(spec: SpecServingSpec) -> Report:
                         report.errors.append(Problem(f"{path}.{key}.{name}", (
                             f"Invalid value: {json.dumps(quantity)}: must be a Kubernetes quantity, for example "
                             '"8", "500m" or "64Gi"')))
+        if not report.errors:
+            requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+            for name in sorted(set(requests) & set(limits)):
+                if quantity_value(str(requests[name])) > quantity_value(str(limits[name])):
+                    report.errors.append(Problem(f"{path}.requests.{name}", (
+                        f'Invalid value: "{requests[name]}": must be less than or equal to the {name} limit '
+                        f'("{limits[name]}"), or Kubernetes refuses the pods; raise the limit or lower the request')))
+    return report
+
+
+# Label syntax (k8s.io/apimachinery validation: IsQualifiedName, IsValidLabelValue).
+_LABEL_NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+LABEL_KEY = re.compile(rf"(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?{_LABEL_NAME}")
+LABEL_VALUE = re.compile(rf"(?:{_LABEL_NAME})?")
+
+
+def check_node_selectors(spec: SpecServingSpec) -> Report:
+    """nodeSelector entries are label selectors: Kubernetes refuses a pod whose key or value is not label syntax."""
+    report = Report()
+    for path, selector in (("spec.prefill.nodeSelector", spec.prefill.node_selector),
+                           ("spec.decode.nodeSelector", spec.decode.node_selector),
+                           ("spec.router.nodeSelector", spec.router.node_selector)):
+        for key, value in (selector or {}).items():
+            prefix = key.rpartition("/")[0]
+            if not LABEL_KEY.fullmatch(key) or len(prefix) > 253:
+                report.errors.append(Problem(f"{path}[{key}]", (
+                    f'Invalid value: "{key}": a node label key is an optional DNS-subdomain prefix and "/", then '
+                    "up to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit")))
+            elif not isinstance(value, str) or not LABEL_VALUE.fullmatch(value):
+                report.errors.append(Problem(f"{path}[{key}]", (
+                    f"Invalid value: {json.dumps(value)}: a label value is empty or up to 63 letters, digits, '-', "
+                    "'_' or '.', starting and ending with a letter or digit")))
     return report
 
 
@@ -373,6 +422,7 @@ def semantic_checks(spec: SpecServingSpec, table: CapabilityTable | None = None)
     for check in (check_pd_builder(spec, table), check_sglang_startup_rules(spec, table), check_env(spec), check_command_lines(spec),
                   check_pd_symmetric(spec, table), check_router(spec), check_resources(spec),
                   check_parallelism(spec), check_ports_and_paths(spec), check_image_references(spec),
+                  check_node_selectors(spec),
                   check_warnings(spec)):
         report.extend(check)
     return report

@@ -77,19 +77,57 @@ REFUSED: list[tuple[str, dict[str, Any], list[str]]] = [
     ("ib-devices-do-not-match-gpus", {"spec.transfer.ibDevices": IB4}, ["spec.transfer.ibDevices", "8 GPUs"]),
     ("extra-args-set-an-owned-flag", {"spec.decode.extraArgs": ["--disaggregation-mode", "prefill"]},
      ["spec.decode.extraArgs[0]", "--disaggregation-mode"]),
+    # Issue 19's classes, one real example each, through kubectl apply and the webhook.
+    ("prefix-of-an-owned-flag", {"spec.decode.extraArgs": ["--disaggregation-mod", "prefill"]},
+     ["spec.decode.extraArgs[0]", "sets --disaggregation-mode"]),
+    ("prefix-bypassing-the-builder-check", {"spec.decode.extraArgs": ["--speculative-al", "NGRAM"]},
+     ["spec.decode.extraArgs[0]", "sets --speculative-algorithm"]),
+    ("typed-flag-overridden", {"spec.engine.extraArgs": ["--moe-a2a-backend", "deepep"]},
+     ["spec.engine.extraArgs[0]", "spec.engine.moeA2aBackend"]),
+    ("config-file", {"spec.engine.extraArgs": ["--config", "/etc/x.yaml"]}, ["spec.engine.extraArgs[0]", "--config"]),
+    ("flag-removed-in-0.5.20", {"spec.image.base": "lmsysorg/sglang:v0.5.23-cu129",
+                                "spec.decode.extraArgs": ["--cuda-graph-bs", "8"]},
+     ["spec.decode.extraArgs[0]", "SGLang 0.5.23", "ambiguous option"]),
+    ("unknown-flag", {"spec.decode.extraArgs": ["--no-such-flag"]}, ["spec.decode.extraArgs[0]", "no such option"]),
+    ("pipeline-parallel", {"spec.decode.extraArgs": ["--pp-size", "2"]}, ["spec.decode.extraArgs[0]", "tp x pp"]),
+    ("choice-of-a-later-version", {"spec.engine.toolCallParser": "deepseekv41"},
+     ["spec.engine.toolCallParser", "invalid choice", "0.5.21"]),
+    ("unknown-choice", {"spec.engine.moeRunnerBackend": "foo"}, ["spec.engine.moeRunnerBackend", "invalid choice"]),
+    ("dp-without-dp-attention", {"spec.engine.enableDpAttention": False}, ["spec.engine.dp", "64 GPUs"]),
+    ("name-starts-with-a-digit", {"metadata.name": "1dsv4"}, ["metadata.name", "DNS-1035"]),
+    ("name-with-a-dot", {"metadata.name": "dsv4.flash"}, ["metadata.name", "DNS-1035"]),
+    ("engine-port-is-the-bootstrap-port", {"spec.engine.port": 8998}, ["spec.engine.port", "same port"]),
+    ("model-mounted-at-dev-shm", {"spec.model.volume.mountPath": "/dev/shm", "spec.model.path": "/dev/shm/m"},
+     ["spec.model.volume.mountPath", "/dev/shm"]),
+    ("operator-env-overridden", {"spec.decode.env": [{"name": "SGLANG_HOST_IP", "value": "1.2.3.4"}]},
+     ["spec.decode.env[0].name", "SGLANG_HOST_IP"]),
+    ("model-path-escapes-the-mount", {"spec.model.path": "/data2/../etc/x"}, ["spec.model.path", '".."']),
+    ("model-path-beside-the-mount", {"spec.model.path": "/data2x/m"}, ["spec.model.path", "must lie below"]),
+    ("two-devices-in-one-item", {"spec.transfer.ibDevices": ["mlx5_a,mlx5_b"] + [f"mlx5_{i}" for i in range(7)]},
+     ["spec.transfer.ibDevices[0]"]),
+    ("image-reference", {"spec.image.base": "Lmsysorg/SGLang:v0.5.17;x"}, ["spec.image.base", "image reference"]),
+    ("limit-not-a-quantity", {"spec.router.resources": {"limits": {"memory": "abc"}}},
+     ["spec.router.resources.limits.memory", "Kubernetes quantity"]),
+    ("request-above-limit", {"spec.router.resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}},
+     ["spec.router.resources.requests.cpu", "less than or equal to the cpu limit"]),
+    ("fractional-tp", {"spec.engine.tp": 8.5}, ["spec.engine.tp"]),
+    ("router-flag-prefix", {"spec.router.extraArgs": ["--polic", "random"]}, ["spec.router.extraArgs[0]", "--policy"]),
+    ("node-selector-label-syntax", {"spec.decode.nodeSelector": {"gpu": "not valid!"}},
+     ["spec.decode.nodeSelector[gpu]"]),
 ]
 
 
 @pytest.mark.parametrize(("changes", "words"), [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED])
 def test_refused_at_apply_and_nothing_stored(cluster: Cluster, namespace: str, webhook: WebhookOperator,
                                              changes: dict[str, Any], words: list[str]) -> None:
+    obj = seed(**changes)
     for dry_run in (True, False):
-        out = apply(cluster, namespace, seed(**changes), dry_run=dry_run)
+        out = apply(cluster, namespace, obj, dry_run=dry_run)
         assert out.returncode != 0, out.stdout
         for word in words:
             assert word in out.stderr, out.stderr
         assert "Traceback" not in out.stderr
-        assert not stored(cluster, namespace)
+        assert not stored(cluster, namespace, obj["metadata"]["name"])
 
 
 def test_examples_are_accepted(cluster: Cluster, namespace: str, webhook: WebhookOperator) -> None:

@@ -323,3 +323,23 @@ def test_a_restart_resumes_without_writes(cluster: Cluster, namespace: str, oper
         assert ready(cluster, ns)
     finally:
         again.stop()
+
+
+def test_a_child_the_api_server_refuses_blocks_the_whole_rendering(cluster: Cluster, namespace: str,
+                                                                   operator: Operator) -> None:
+    """A spec admission cannot judge whole (a toleration is free-form) renders a child the API server refuses: its
+    dry run names the child and the API server's words in Ready, and nothing of the rendering is applied."""
+    ns = namespace
+    cluster.apply(seed(**{"spec.router.tolerations": [{"key": "gpu", "operator": "Sometimes"}]}), namespace=ns)
+    obj = wait_for(lambda: cond_is(cluster, ns, "Ready", "False", "InvalidRenderedConfig"), 30,
+                   "Ready=False InvalidRenderedConfig")
+    message = condition(obj, "Ready")["message"]
+    assert f"Deployment {NAME}-router" in message and "Sometimes" in message, message
+    assert condition(obj, "Progressing")["reason"] == "InvalidRenderedConfig"
+    assert condition(obj, "Admitted")["status"] == "True"
+    assert children(cluster, ns) == []  # not even the Services and the ServiceAccount
+    event = wait_for(lambda: events(cluster, ns, "InvalidRenderedConfig"), 10, "an InvalidRenderedConfig event")[0]
+    assert event["type"] == "Warning"
+    cluster.kubectl("patch", "sps", NAME, "-n", ns, "--type=json", "-p",
+                    '[{"op":"remove","path":"/spec/router/tolerations"}]')
+    wait_for(lambda: ready(cluster, ns), READY_TIMEOUT, "Ready after the fix")

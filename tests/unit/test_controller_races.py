@@ -47,9 +47,11 @@ class FakeKube:
     def resource(self, api_version: str, kind: str) -> Resource:
         return Resource(api_version, kind, kind.lower() + "s", True)
 
-    def apply(self, res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+    def apply(self, res: Resource, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         if self.apply_error is not None:
             raise self.apply_error
+        if dry_run:
+            return copy.deepcopy(obj)
         self.serial += 1
         what = (obj["kind"], obj["metadata"]["name"])
         self.applied.append(what)
@@ -108,9 +110,10 @@ def test_a_child_deleted_before_our_apply_returned_is_applied_again() -> None:
         kube.on_apply[pdb] = deleted_at_once
         orig = kube.apply
 
-        def apply(res: Resource, obj: dict[str, Any]) -> dict[str, Any]:
-            out = orig(res, obj)
-            created.append(out)
+        def apply(res: Resource, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+            out = orig(res, obj, dry_run=dry_run)
+            if not dry_run:
+                created.append(out)
             return out
 
         kube.apply = apply  # type: ignore[method-assign]

@@ -41,7 +41,7 @@ from specserving.reconcile.scaledown import ScaleDown
 from specserving.reconcile.serving import ServingChecks, Target, rollout_of
 from specserving.reconcile.state import Applied, Key, OwnerState, RolloutState
 from specserving.rendering.image import ResolvedImage
-from specserving.rollout import ROLES, decide
+from specserving.rollout import ROLES, Strategy, decide
 from specserving.reconcile.watched import Watched
 
 log = logging.getLogger("specserving.reconcile")
@@ -211,8 +211,9 @@ class Controller(Watched):
         revisions = rollouts.observe(key, plan.uid, observed, self.pods(key))
         target = plan.revision_for(image)
         wanted = {role: plan.spec.pool(role).replicas for role in ROLES}
-        decision = decide(target, wanted, rollouts.strategy_of(plan.spec), revisions.pools, revisions.router)
-        st.rollout = RolloutState(target, decision, rollouts.strategy_of(plan.spec).name)
+        strategy = Strategy.of(plan.spec.rollout)
+        decision = decide(target, wanted, strategy, revisions.pools, revisions.router)
+        st.rollout = RolloutState(target, decision, strategy.name)
         router_rendered = decision.router == target
         rendered = plan.children_for(image, decision.replicas.get(target), router_rendered)
         port = plan.spec.engine.port
@@ -233,6 +234,9 @@ class Controller(Watched):
                 st.applied[ref] = Applied(dig, seen.resource_version if seen else "", seen.uid if seen else "")
                 continue
             pending.append((ref, desired, dig, seen))
+        if pending and st.dry_run_passed is not rendered:
+            await self._dry_run([desired for _, desired, _, _ in pending])
+            st.dry_run_passed = rendered
         # The children of one wave go to the API server at once. Workloads wait for the wave before them: a pod
         # that names a ServiceAccount not created yet is refused, and its ReplicaSet then backs off.
         for workloads in (False, True):
@@ -277,12 +281,29 @@ class Controller(Watched):
             await post(self.kube, body, R.CHILD_PRUNED, f"deleted {child.ref} ({row.kind} no longer rendered by "
                               f"generation {plan.generation})")
 
-    def _apply_child(self, desired: dict[str, Any]) -> dict[str, Any]:
+    def _apply_child(self, desired: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
         """Server-side apply of one rendered child (in a worker thread); the API server's answer."""
         res = self.kube.resource(desired["apiVersion"], desired["kind"])
         assert res is not None  # _check_kinds ran
-        out: dict[str, Any] = self.kube.apply(res, desired)
+        out: dict[str, Any] = self.kube.apply(res, desired, dry_run=dry_run)
         return out
+
+    async def _dry_run(self, children: list[dict[str, Any]]) -> None:
+        """The API server's dry run of every child a new rendering changes, before any is applied: a child it
+        refuses as invalid blocks the whole rendering (InvalidRenderedConfig), so a spec the schema admits but
+        Kubernetes would half-apply changes nothing. Other failures propagate as an apply's would."""
+        answers = await asyncio.gather(*(asyncio.to_thread(self._apply_child, child, True) for child in children),
+                                       return_exceptions=True)
+        refused = []
+        for child, out in zip(children, answers, strict=True):
+            if isinstance(out, ApiError) and out.status in (400, 422):
+                refused.append(f"{child['kind']} {child['metadata']['name']}: {out.message}")
+            elif isinstance(out, BaseException):
+                raise out
+        if refused:
+            raise Blocked(R.INVALID_RENDERED_CONFIG, "the API server refuses the rendered "
+                          + "; ".join(refused) + "; nothing was applied: fix the spec (this is an operator bug when "
+                          "the spec passed `specserving validate`)", retry=APPLY_RETRY_SECONDS)
 
     # -- status ---------------------------------------------------------------------------------------------------
 

@@ -50,6 +50,9 @@ POOLS_NOT_READY = "PoolsNotReady"
 DEPENDENCY_MISSING = "DependencyMissing"  # a CRD a child needs (LeaderWorkerSet, ServiceMonitor) is not installed
 APPLY_FAILED = "ApplyFailed"  # the API server refused a child
 IMAGE_LACKS_BUILDER = "ImageLacksBuilder"  # admitted, but the image (base or built) would crash the first decode
+# The API server's dry run refuses a rendered child (KServe's InvalidRenderedConfig): nothing of the rendering is
+# applied, and the message names the child and the API server's words.
+INVALID_RENDERED_CONFIG = "InvalidRenderedConfig"
 
 # Degraded.
 CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
@@ -75,7 +78,7 @@ BUILD_STARTED = "BuildStarted"  # the build Job was created
 
 # Reasons that are bad news: their events are Warnings.
 WARNING_REASONS = frozenset({
-    INVALID_SPEC, DEPENDENCY_MISSING, APPLY_FAILED, IMAGE_LACKS_BUILDER, BUILD_FAILED, REGISTRY_MISSING,
+    INVALID_SPEC, DEPENDENCY_MISSING, APPLY_FAILED, IMAGE_LACKS_BUILDER, INVALID_RENDERED_CONFIG, BUILD_FAILED, REGISTRY_MISSING,
     PROGRESS_DEADLINE_EXCEEDED, NEW_REVISION_UNSCHEDULABLE,
     CRASH_LOOP_BACK_OFF, CONTAINER_FAILED, IMAGE_PULL_FAILED, POD_FAILED, CHILD_APPLY_FAILED,
     REQUEST_FAILED, ROUTER_UNREACHABLE,

@@ -18,7 +18,7 @@ from specserving.reconcile.scaledown import ScaleDown
 from specserving.reconcile.state import Key
 from specserving.rendering import labels as L
 from specserving.rendering.kinds import kind_of
-from specserving.rollout import ROLES, Decision, Pools, Router, Strategy
+from specserving.rollout import ROLES, Decision, Pools, Router
 
 
 @dataclass(frozen=True)
@@ -55,10 +55,6 @@ def observe(key: Key, owner_uid: str, children: Mapping[ChildRef, Child], pods: 
         pools[rev] = Pools({role: w.spec_replicas for role, w in ws.items()},
                            {role: w.ready for role, w in ws.items()}, pod_counts.get(rev, 0))
     return Revisions(workloads, pools, router, router_workload)
-
-
-def strategy_of(spec: Any) -> Strategy:
-    return Strategy(None if spec.rollout.strategy == "Surge" else spec.rollout.max_surge)
 
 
 def kept(revisions: Revisions, target: str, router_rendered: bool) -> set[ChildRef]:

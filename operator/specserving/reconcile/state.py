@@ -53,5 +53,7 @@ class OwnerState:
     # The digests of a rendering (renderings are cached per plan), so a pass does not hash every child again.
     digests: tuple[tuple[dict[str, Any], ...], tuple[str, ...]] | None = None
     rollout: RolloutState | None = None
+    # The rendering the API server's dry run last accepted whole: a new one is dry-run before anything is applied.
+    dry_run_passed: tuple[dict[str, Any], ...] | None = None
     # The last rollout step posted as an event: (target, step, description).
     rollout_posted: tuple[str, str, str] | None = None
