@@ -91,3 +91,16 @@ def test_metric_names_follow_prometheus_conventions() -> None:
     text = generate_latest(m.registry).decode()
     assert 'specserving="sv"' not in text
     assert 'specserving_specservings{phase="Ready"} 0.0' in text
+
+
+def test_a_bug_in_rendering_becomes_a_refused_plan_not_a_pass_that_raises(monkeypatch, caplog) -> None:
+    import specserving.reconcile.plan as plan_module
+
+    def broken(*args: object, **kwargs: object) -> list[dict]:
+        raise KeyError("spec.engine")
+
+    monkeypatch.setattr(plan_module, "render", broken)
+    plan = make_plan(stored())
+    assert not plan.admitted and plan.children == ()
+    assert "operator bug" in plan.errors[0] and "KeyError" in plan.errors[0]
+    assert "planning ns/dsv4-flash generation 4 failed" in caplog.text and "Traceback" in caplog.text

@@ -3,6 +3,7 @@ caller per (uid, generation); rendering for an image that a build produced is ca
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,8 @@ from specserving.rendering import render
 from specserving.rendering.contract import revision as contract_revision
 from specserving.rendering.image import ResolvedImage, base_image
 from specserving.validation import validate
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -94,8 +97,25 @@ class Plan:
 def make_plan(obj: dict[str, Any], build: BuildConfig | None = None) -> Plan:
     """Validate `obj` as the API server stored it (CEL already ran there) and, if it passes, plan its image and
     render it on the base image when that can run it. `build` carries the fix's version and the default registry
-    (none: an unversioned fix and no registry)."""
+    (none: an unversioned fix and no registry).
+
+    An unexpected exception (a bug in validation or rendering) becomes a refused plan with the error in its
+    message, logged with its traceback: the plan is kept per generation, so a pass does not raise it again."""
     build = build or BuildConfig()
+    try:
+        return _make_plan(obj, build)
+    except Exception as exc:  # noqa: BLE001 - any bug must end as a condition, not as a pass that raises forever
+        meta = obj.get("metadata") or {}
+        log.exception("planning %s/%s generation %s failed", meta.get("namespace"), meta.get("name"),
+                      meta.get("generation"))
+        generation = meta.get("generation")
+        return Plan(str(meta.get("uid", "")), generation if isinstance(generation, int) else 0, errors=(
+            f"the operator could not validate or render this SpecServing ({type(exc).__name__}: {exc}); this is "
+            "an operator bug (its log has the traceback): please report it; nothing is applied until the spec "
+            "changes",), table=build.table)
+
+
+def _make_plan(obj: dict[str, Any], build: BuildConfig) -> Plan:
     meta = obj.get("metadata") or {}
     uid, generation = meta.get("uid", ""), int(meta.get("generation") or 0)
     clean = {k: v for k, v in obj.items() if k != "status"}
