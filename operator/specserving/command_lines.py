@@ -117,7 +117,8 @@ def check_argv(tokens: list[argv.Token], grammar: argv.Grammar, owned: Mapping[s
             owner = owners[dest].replace("<pool>", what.split()[1] if what.startswith("the ") else "<pool>")
             fix = (f"which the operator renders from {owner}; remove it from extraArgs and set that field instead"
                    if owner.startswith("spec.") else f"which {owner} decides; remove it from extraArgs")
-            report.errors.append(Problem(token.origin, f'Forbidden: "{setting.spelled}" sets {setting.option.name}, {fix}'))
+            report.errors.append(Problem(token.origin, (
+                f'Forbidden: "{setting.spelled}" sets {setting.option.name}, {fix}')))
         elif dest in refused:
             report.errors.append(Problem(token.origin, f'Forbidden: "{setting.spelled}": {refused[dest]}'))
         elif earlier is not setting and _overrides(setting, earlier):
@@ -126,8 +127,8 @@ def check_argv(tokens: list[argv.Token], grammar: argv.Grammar, owned: Mapping[s
                 "after engine.extraArgs)")))
         elif earlier is not setting:
             report.errors.append(Problem(token.origin, (
-                f'Invalid value: "{setting.spelled}": {earlier.token.origin} already sets {setting.option.name} '
-                f"for {what}, and {grammar.program} would keep only the last value; set it once")))
+                f'Invalid value: "{setting.spelled}": {earlier.token.origin} already sets {setting.option.name}, '
+                f"and {grammar.program} would keep only the last value; set it once")))
         else:
             if setting.spelled != setting.option.name and setting.spelled not in grammar.options:
                 report.warnings.append(Problem(token.origin, (

@@ -419,7 +419,8 @@ def semantic_checks(spec: SpecServingSpec, table: CapabilityTable | None = None)
     """The rules the CRD cannot express, on a spec that already passed the schema and CEL."""
     table = table or load()
     report = Report()
-    for check in (check_pd_builder(spec, table), check_sglang_startup_rules(spec, table), check_env(spec), check_command_lines(spec),
+    for check in (check_pd_builder(spec, table), check_sglang_startup_rules(spec, table), check_env(spec),
+                  check_command_lines(spec),
                   check_pd_symmetric(spec, table), check_router(spec), check_resources(spec),
                   check_parallelism(spec), check_ports_and_paths(spec), check_image_references(spec),
                   check_node_selectors(spec),
