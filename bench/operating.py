@@ -28,7 +28,9 @@ class Operator(OperatorProcess):
                "--liveness", f"http://127.0.0.1:{self.health}/healthz", "--metrics-port", str(self.metrics_port),
                "--metrics-address", "127.0.0.1", "--resync-seconds", f"{resync_seconds:g}", "--no-load-probe",
                # kwok pods answer no request: a serving check would only measure its own retries.
-               "--serving-checks", "Off"]
+               "--serving-checks", "Off",
+               # The seed's model folder (the chart's default allows no hostPath at all; policy.py).
+               "--allow-host-path", "/data2"]
         if webhook_configuration:
             port = free_port()
             self.webhook_url = f"https://127.0.0.1:{port}"

@@ -11,6 +11,7 @@ from typing import Any
 from specserving.api.loading import spec_of
 from specserving.api.types import SpecServingSpec
 from specserving.capabilities import CapabilityTable
+from specserving.policy import ServingPolicy
 from specserving.problems import Problem, Report
 from specserving.rendering import contract
 from specserving.rendering.image import base_image
@@ -38,13 +39,15 @@ def _rollout_warning(new_spec: SpecServingSpec, old: dict[str, Any], table: Capa
     return report
 
 
-def review(new: dict[str, Any], old: dict[str, Any] | None, table: CapabilityTable | None = None) -> Validation:
+def review(new: dict[str, Any], old: dict[str, Any] | None, table: CapabilityTable | None = None,
+           policy: ServingPolicy | None = None) -> Validation:
     """Everything that makes `new` inadmissible (old is None on create), plus warnings for kubectl to print.
+    `policy` is the cluster admin's serving-pod policy (policy.py).
 
     The apiserver has applied the schema and CEL rules before a validating webhook runs, so CEL is not
     re-evaluated here.
     """
-    report = validate(new, table, run_cel=False)
+    report = validate(new, table, run_cel=False, policy=policy)
     if old is not None and report.ok and report.spec is not None and not _deleting(new):
         report.extend(_rollout_warning(report.spec, old, table))
     return report

@@ -271,12 +271,28 @@ def cmd_run(args: argparse.Namespace) -> int:
                    build_context=args.build_context, build_insecure_registries=args.build_insecure_registry or [],
                    build_node_selector=args.build_node_selector or [], build_tolerations=args.build_toleration or [],
                    build_resources=args.build_resources, base_digests=args.base_digests,
-                   read_pull_secrets=args.read_pull_secrets, serving_checks=args.serving_checks == "On")
+                   read_pull_secrets=args.read_pull_secrets, serving_checks=args.serving_checks == "On",
+                   policy=_policy(args))
     try:
         return run(opts)
     except StartupError as exc:
         print(f"specserving: {exc}", file=sys.stderr)
         return 1
+
+
+def _policy(args: argparse.Namespace) -> Any:
+    from specserving.policy import ServingPolicy
+
+    def listed(values: list[str] | None) -> tuple[str, ...] | None:
+        return tuple(v for value in values for v in value.split(",") if v) if values is not None else None
+
+    host_network = () if args.deny_host_network else listed(args.allow_host_network_in)
+    for prefix in args.allow_host_path or []:
+        if not prefix.startswith("/"):
+            raise InputError(f"--allow-host-path {prefix!r}: give an absolute node path, for example /data2")
+    return ServingPolicy(host_path_prefixes=listed(args.allow_host_path) or (), host_network_namespaces=host_network,
+                         rdma_resources=listed(args.allow_rdma_resource),
+                         multus_networks=listed(args.allow_multus_network))
 
 
 def _add_run(sub: Any) -> None:
@@ -326,6 +342,17 @@ def _add_run(sub: Any) -> None:
                    help="name of the ValidatingWebhookConfiguration in self mode (default %(default)s)")
     from specserving.imagebuild.job import DEFAULT_BUILDKIT_IMAGE
 
+    sp = p.add_argument_group("serving-pod policy (what a SpecServing may ask of a node; chart servingPolicy.*)")
+    sp.add_argument("--allow-host-path", action="append", metavar="DIR",
+                    help="a node folder model volumes may mount with hostPath, with everything below it "
+                         "(repeatable or comma-separated; default: none)")
+    sp.add_argument("--allow-host-network-in", action="append", metavar="NS",
+                    help="allow hostNetwork only in these namespaces (repeatable; default: every namespace)")
+    sp.add_argument("--deny-host-network", action="store_true", help="allow hostNetwork in no namespace")
+    sp.add_argument("--allow-rdma-resource", action="append", metavar="NAME",
+                    help="an RDMA extended resource pods may request (repeatable; default: any)")
+    sp.add_argument("--allow-multus-network", action="append", metavar="NAME",
+                    help="a Multus network pods may attach (repeatable; default: any)")
     b = p.add_argument_group("image builds")
     b.add_argument("--build-registry", metavar="REPO",
                    help="default repository the fixed serving image is pushed to, e.g. registry.example.com/ml "

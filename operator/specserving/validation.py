@@ -21,6 +21,7 @@ from specserving.api.loading import defaulted, schema
 from specserving.api.parsing import from_dict
 from specserving.api.types import SpecServingSpec
 from specserving.capabilities import NEEDS_FIX, UNKNOWN_VERSION, CapabilityTable, load, version_key
+from specserving.policy import ServingPolicy, check_policy
 from specserving.problems import Problem, Report
 from specserving.rendering import router
 from specserving.command_lines import check_command_lines, user_setting
@@ -437,8 +438,10 @@ class Validation(Report):
     spec: SpecServingSpec | None = None
 
 
-def validate(obj: dict[str, Any], table: CapabilityTable | None = None, *, run_cel: bool = True) -> Validation:
-    """Everything wrong with the SpecServing object `obj`: schema, CEL rules, then the semantic rules.
+def validate(obj: dict[str, Any], table: CapabilityTable | None = None, *, run_cel: bool = True,
+             policy: ServingPolicy | None = None) -> Validation:
+    """Everything wrong with the SpecServing object `obj`: schema, CEL rules, then the semantic rules, and what the
+    cluster admin's serving-pod `policy` forbids (None: no policy, as offline).
 
     `run_cel=False` skips the CEL rules, for callers behind an apiserver that has already applied them.
     """
@@ -466,4 +469,6 @@ def validate(obj: dict[str, Any], table: CapabilityTable | None = None, *, run_c
         report.errors += cel.check(full, schema())
     report.spec = from_dict(SpecServingSpec, full.get("spec", {}))  # already defaulted: parsed, not defaulted again
     report.extend(semantic_checks(report.spec, table))
+    if policy is not None:
+        report.extend(check_policy(report.spec, str(obj["metadata"].get("namespace") or "default"), policy))
     return report

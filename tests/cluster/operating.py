@@ -28,6 +28,8 @@ CRASH = "AttributeError: 'NoneType' object has no attribute 'prepare_for_decode'
 # parse_prometheus and total come from harness/ and are re-exported here; the tests import the rest by name.
 __all__ = ["Operator", "parse_prometheus", "total"]
 READY_TIMEOUT = 90
+# The seed example's model folder, allowed as the chart's hack/real-node-values.yaml allows it (policy.py).
+HOST_PATH_POLICY = ("--allow-host-path", "/data2")
 RESYNC_SECONDS = 2
 
 
@@ -39,7 +41,8 @@ class Operator(OperatorProcess):
         self.launch([SPECSERVING, "run", "--namespace", namespace, "--kubeconfig", str(cluster.kubeconfig),
                      "--liveness", f"http://127.0.0.1:{self.health}/healthz", "--metrics-port",
                      str(self.metrics_port), "--metrics-address", "127.0.0.1", "--resync-seconds",
-                     str(RESYNC_SECONDS), "--no-load-probe", "--serving-checks", "Off", *extra], cluster.env, log)
+                     str(RESYNC_SECONDS), "--no-load-probe", "--serving-checks", "Off",
+                     *HOST_PATH_POLICY, *extra], cluster.env, log)
         wait_for(self._healthy, timeout=30, what=f"the operator's liveness endpoint (log: {log})")
 
     def _healthy(self) -> bool:

@@ -114,6 +114,14 @@ REFUSED: list[tuple[str, dict[str, Any], list[str]]] = [
     ("router-flag-prefix", {"spec.router.extraArgs": ["--polic", "random"]}, ["spec.router.extraArgs[0]", "--policy"]),
     ("node-selector-label-syntax", {"spec.decode.nodeSelector": {"gpu": "not valid!"}},
      ["spec.decode.nodeSelector[gpu]"]),
+    # The serving-pod policy (the operator here allows hostPath below /data2 only, as the chart values the tests
+    # install do): the node's root, its runtime socket folder and the kubelet's folder are refused by default.
+    ("host-path-root", {"spec.model.volume.hostPath.path": "/"},
+     ["spec.model.volume.hostPath.path", "servingPolicy.hostPathPrefixes"]),
+    ("host-path-var-run", {"spec.model.volume.hostPath.path": "/var/run"},
+     ["spec.model.volume.hostPath.path", "servingPolicy.hostPathPrefixes"]),
+    ("host-path-kubelet", {"spec.model.volume.hostPath.path": "/var/lib/kubelet"},
+     ["spec.model.volume.hostPath.path", "servingPolicy.hostPathPrefixes"]),
 ]
 
 

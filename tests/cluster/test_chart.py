@@ -34,8 +34,8 @@ import yaml
 
 from .conftest import REAL_NODE
 from .kube import Cluster, condition, wait_for
-from .operating import (NAME, REPO, SPECSERVING, Operator, apply_ready, children, crd, events, free_port, pods,
-                        ready, seed, sps)
+from .operating import (HOST_PATH_POLICY, NAME, REPO, SPECSERVING, Operator, apply_ready, children, crd, events,
+                        free_port, pods, ready, seed, sps)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 __all__ = ["crd"]  # a fixture, used by name
@@ -261,7 +261,7 @@ class ChartOperator(Operator):
                f"--peering={release.fullname}", f"--priority={priority}",
                "--liveness", f"http://127.0.0.1:{self.health}/healthz", "--metrics-port", str(self.metrics_port),
                "--metrics-address", "127.0.0.1", "--resync-seconds", "2", "--no-load-probe",
-               f"--build-registry={REGISTRY}", f"--build-context={BUILD_CONTEXT}"]
+               f"--build-registry={REGISTRY}", f"--build-context={BUILD_CONTEXT}", *HOST_PATH_POLICY]
         if webhook:
             certfile, keyfile = release.tls_files(log.parent / f"{log.stem}-tls")
             cmd += [f"--webhook-port={release.port}", "--webhook-listen=127.0.0.1", f"--webhook-certfile={certfile}",

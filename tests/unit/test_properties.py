@@ -84,11 +84,13 @@ def test_every_valid_spec_renders_pods_that_ask_for_their_gpus_and_rdma(obj: dic
         rdma_name = rdma.get("resourceName", "rdma/ib")
         if spec["transfer"]["backend"] == "mooncake_tcp":
             assert rdma_name not in limits
+            assert "capabilities" not in container["securityContext"]  # IPC_LOCK only where RDMA pins memory
         else:
             assert limits[rdma_name] == str(rdma.get("count", tp // nodes))
+            assert container["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
         assert container["resources"]["requests"] == limits
-        assert "IPC_LOCK" in container["securityContext"]["capabilities"]["add"]
         assert container["securityContext"]["privileged"] is False
+        assert tmpl["spec"]["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
         args = container["args"]
         assert args[args.index("--tp-size") + 1] == str(tp)
         assert args[args.index("--disaggregation-mode") + 1] == role

@@ -41,6 +41,7 @@ from specserving.reconcile.scaledown import ScaleDown
 from specserving.reconcile.serving import ServingChecks, Target, rollout_of
 from specserving.reconcile.state import Applied, Key, OwnerState, RolloutState
 from specserving.rendering.image import ResolvedImage
+from specserving.policy import ServingPolicy
 from specserving.rollout import ROLES, Strategy, decide
 from specserving.reconcile.watched import Watched
 
@@ -65,10 +66,11 @@ class Controller(Watched):
 
     def __init__(self, kube: Kube, metrics: Metrics, *, probe_load: bool = True,
                  clock: Callable[[], str] = _now, build: BuildConfig | None = None,
-                 serving_checks: bool = True) -> None:
+                 serving_checks: bool = True, policy: ServingPolicy | None = None) -> None:
         super().__init__()
         self.kube, self.metrics, self.clock = kube, metrics, clock
         self.build = build or BuildConfig()
+        self.policy = policy  # the cluster admin's serving-pod policy, checked again before anything is applied
         self.owners: dict[Key, OwnerState] = {}
         self.queue = WorkQueue(self.owner, self.state, self.converge)
         self.builds = Builds(kube, self.build, metrics, self)
@@ -153,7 +155,7 @@ class Controller(Watched):
             if st.plan is not None and st.plan.uid != uid:
                 st.applied.clear()
                 st.posted.clear()
-            st.plan = await asyncio.to_thread(make_plan, body, self.build)
+            st.plan = await asyncio.to_thread(make_plan, body, self.build, self.policy)
         plan = st.plan
         # The status this pass starts from: the image resolution reads its remembered digest, the report diffs it.
         old = self._old_status(st, body)

@@ -13,6 +13,7 @@ from specserving.capabilities import UNKNOWN_VERSION, CapabilityTable
 from specserving.capabilities import load as load_capabilities
 from specserving.imagebuild.planning import NOT_NEEDED, ImagePlan
 from specserving.imagebuild.planning import plan as plan_image
+from specserving.policy import ServingPolicy
 from specserving.reconcile.image import BuildConfig, pd_builders
 from specserving.rendering import labels as L
 from specserving.rendering import render
@@ -94,16 +95,16 @@ class Plan:
         return self._rendered[key]
 
 
-def make_plan(obj: dict[str, Any], build: BuildConfig | None = None) -> Plan:
+def make_plan(obj: dict[str, Any], build: BuildConfig | None = None, policy: ServingPolicy | None = None) -> Plan:
     """Validate `obj` as the API server stored it (CEL already ran there) and, if it passes, plan its image and
     render it on the base image when that can run it. `build` carries the fix's version and the default registry
-    (none: an unversioned fix and no registry).
+    (none: an unversioned fix and no registry); `policy` the cluster admin's serving-pod policy.
 
     An unexpected exception (a bug in validation or rendering) becomes a refused plan with the error in its
     message, logged with its traceback: the plan is kept per generation, so a pass does not raise it again."""
     build = build or BuildConfig()
     try:
-        return _make_plan(obj, build)
+        return _make_plan(obj, build, policy)
     except Exception as exc:  # noqa: BLE001 - any bug must end as a condition, not as a pass that raises forever
         meta = obj.get("metadata") or {}
         log.exception("planning %s/%s generation %s failed", meta.get("namespace"), meta.get("name"),
@@ -115,11 +116,11 @@ def make_plan(obj: dict[str, Any], build: BuildConfig | None = None) -> Plan:
             "changes",), table=build.table)
 
 
-def _make_plan(obj: dict[str, Any], build: BuildConfig) -> Plan:
+def _make_plan(obj: dict[str, Any], build: BuildConfig, policy: ServingPolicy | None) -> Plan:
     meta = obj.get("metadata") or {}
     uid, generation = meta.get("uid", ""), int(meta.get("generation") or 0)
     clean = {k: v for k, v in obj.items() if k != "status"}
-    report = validate(clean, build.table, run_cel=False)
+    report = validate(clean, build.table, run_cel=False, policy=policy)
     warnings = tuple(str(w) for w in report.warnings)
     if report.errors:
         spec = None if report.malformed else report.spec

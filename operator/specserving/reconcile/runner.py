@@ -15,6 +15,7 @@ from specserving import API_VERSION, KIND, PLURAL
 from specserving.kube import ApiError, Kube, StartupError, load_configuration
 from specserving.metrics import Metrics
 from specserving.reconcile.image import BuildConfig
+from specserving.policy import ServingPolicy
 from specserving.webhook.runtime import WebhookOptions
 
 CRD_FILE = "crds/specserving.io_specservings.yaml"
@@ -53,6 +54,8 @@ class Options:
     # ServingVerified: one generate request through each router Service after each rollout (reconcile/serving.py).
     serving_checks: bool = True
     webhook: WebhookOptions = field(default_factory=WebhookOptions)
+    # The cluster admin's serving-pod policy (policy.py): the webhook and the reconciler both enforce it.
+    policy: ServingPolicy = field(default_factory=ServingPolicy)
 
 
 def preflight(kube: Kube) -> None:
@@ -188,12 +191,14 @@ def run(opts: Options) -> int:
     if opts.metrics_port:
         serve_metrics(metrics, opts.metrics_port, opts.metrics_address)
     controller = Controller(kube, metrics, probe_load=opts.probe_load, build=build,
-                            serving_checks=opts.serving_checks)
+                            serving_checks=opts.serving_checks, policy=opts.policy)
     registry = build_registry(controller, resync_seconds=opts.resync_seconds)
     from specserving.webhook.handlers import WebhookMetrics
     from specserving.webhook.runtime import install
 
-    install(registry, opts.webhook, kube, WebhookMetrics(metrics.registry), namespaces=opts.namespaces)
+    install(registry, opts.webhook, kube, WebhookMetrics(metrics.registry), namespaces=opts.namespaces,
+            policy=opts.policy)
+    logging.getLogger("specserving").info("serving-pod policy: %s", opts.policy)
     scope = "all namespaces" if opts.all_namespaces else "namespace(s) " + ", ".join(opts.namespaces)
     logging.getLogger("specserving").info("watching SpecServings in %s on %s", scope, kube.host)
     logging.getLogger("specserving").info(

@@ -182,6 +182,14 @@ def _default_affinity(name: str, role: str) -> dict[str, Any]:
     }]}}
 
 
+def _container_security(spec: SpecServingSpec, role: str) -> dict[str, Any]:
+    """No privilege; IPC_LOCK only where RDMA is used (Mooncake and NIXL pin KV memory for the NIC to read)."""
+    security: dict[str, Any] = {"privileged": False, "allowPrivilegeEscalation": False}
+    if rdma_per_pod(spec, role):
+        security["capabilities"] = {"add": ["IPC_LOCK"]}
+    return security
+
+
 def pod_template(name: str, spec: SpecServingSpec, role: str, image: ResolvedImage, *,
                  multinode: bool = False, leader: bool = True) -> dict[str, Any]:
     """The pod template of one pool. For a LeaderWorkerSet, `leader` picks the HTTP-serving rank-0 pod."""
@@ -197,8 +205,7 @@ def pod_template(name: str, spec: SpecServingSpec, role: str, image: ResolvedIma
         "ports": _ports(spec, role),
         "resources": _resources(spec, role),
         "volumeMounts": mounts,
-        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}, "privileged": False,
-                            "allowPrivilegeEscalation": False},
+        "securityContext": _container_security(spec, role),
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if leader:
@@ -213,6 +220,8 @@ def pod_template(name: str, spec: SpecServingSpec, role: str, image: ResolvedIma
         annotations[L.MULTUS_ANNOTATION] = ",".join(spec.transfer.network.multus_networks or [])
     pod_spec: dict[str, Any] = {
         "containers": [container],
+        # The container runtime's default syscall filter: nothing SGLang or Mooncake needs is outside it.
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "volumes": volumes,
         "terminationGracePeriodSeconds": pool.termination_grace_period_seconds,
         "affinity": copy.deepcopy(pool.affinity) if pool.affinity else _default_affinity(name, role),

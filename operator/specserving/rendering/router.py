@@ -148,7 +148,8 @@ def render_router(name: str, spec: SpecServingSpec, image: ResolvedImage, revisi
         "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "allowPrivilegeEscalation": False,
                             "capabilities": {"drop": ["ALL"]}},
     }
-    pod_spec: dict[str, Any] = {"serviceAccountName": rname, "containers": [container], "enableServiceLinks": False}
+    pod_spec: dict[str, Any] = {"serviceAccountName": rname, "containers": [container], "enableServiceLinks": False,
+                                "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}}
     if spec.router.node_selector:
         pod_spec["nodeSelector"] = dict(spec.router.node_selector)
     if spec.router.tolerations:

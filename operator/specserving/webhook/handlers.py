@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from specserving import GROUP, PLURAL, VERSION
 from specserving.admission import refusal_message, review
+from specserving.policy import ServingPolicy
 from specserving.webhook.configuration import HANDLER_ID
 
 log = logging.getLogger(__name__)
@@ -38,8 +39,8 @@ class WebhookMetrics:
                                  registry=registry)
 
 
-def register(registry: kopf.OperatorRegistry, metrics: WebhookMetrics) -> None:
-    """Add the SpecServing validating handler to `registry`."""
+def register(registry: kopf.OperatorRegistry, metrics: WebhookMetrics, policy: ServingPolicy | None = None) -> None:
+    """Add the SpecServing validating handler to `registry`, refusing what `policy` forbids too."""
 
     @kopf.on.validate(GROUP, VERSION, PLURAL, id=HANDLER_ID, operations=["CREATE", "UPDATE"], registry=registry)
     def validate_specserving(*, body: kopf.Body, warnings: list[str], old: kopf.Body | None = None,
@@ -49,7 +50,7 @@ def register(registry: kopf.OperatorRegistry, metrics: WebhookMetrics) -> None:
         new_obj = plain(body)
         meta = new_obj.get("metadata", {})
         try:
-            report = review(new_obj, plain(old) if old is not None else None)
+            report = review(new_obj, plain(old) if old is not None else None, policy=policy)
         except Exception:
             metrics.reviews.labels(operation, "error").inc()
             log.exception("admission review of SpecServing %s/%s failed unexpectedly", meta.get("namespace"),

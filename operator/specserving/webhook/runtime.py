@@ -20,6 +20,7 @@ from typing import Any
 import kopf
 
 from specserving.kube import ApiError, Kube, StartupError
+from specserving.policy import ServingPolicy
 from specserving.webhook.configuration import CONFIGURATION_NAME, validating_configuration
 from specserving.webhook.handlers import WebhookMetrics, register
 from specserving.webhook.tls import generate
@@ -68,7 +69,7 @@ def _server(opts: WebhookOptions) -> tuple[kopf.WebhookServer, bytes | None]:
 
 
 def install(registry: kopf.OperatorRegistry, opts: WebhookOptions, kube: Kube, metrics: WebhookMetrics, *,
-            namespaces: list[str] | None = None) -> None:
+            namespaces: list[str] | None = None, policy: ServingPolicy | None = None) -> None:
     """Register the validating handler, and at start-up serve it and (in self mode) configure the API server.
 
     In self mode with `namespaces`, the configuration covers only those namespaces, so that an operator scoped
@@ -82,7 +83,7 @@ def install(registry: kopf.OperatorRegistry, opts: WebhookOptions, kube: Kube, m
     if opts.configuration == SELF and ca_pem is None:
         raise StartupError("--webhook-configuration=self needs the operator's own CA: drop --webhook-certfile, or "
                            "use --webhook-configuration=none and let the chart own the configuration")
-    register(registry, metrics)
+    register(registry, metrics, policy)
 
     @kopf.on.startup(id="webhook", registry=registry)
     def start_webhook(settings: kopf.OperatorSettings, **_: Any) -> None:
