@@ -393,6 +393,14 @@ def test_lint_and_template_in_every_mode(cluster: Cluster) -> None:
     args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--all-namespaces" in args and "--peering=r-specserving-operator" in args and "--priority=random" in args
     assert "--webhook-configuration=none" in args and deploy["spec"]["replicas"] == 2
+    assert not [a for a in args if a.startswith(("--allow-", "--deny-"))]  # default policy: no hostPath at all
+
+    docs = render(cluster, "servingPolicy.hostPathPrefixes={/data2,/models}", "servingPolicy.hostNetwork.allowed=false",
+                  "servingPolicy.rdmaResources={rdma/ib}", "servingPolicy.multusNetworks={ib-net}")
+    args = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [a for a in args if a.startswith(("--allow-", "--deny-"))] == [
+        "--allow-host-path=/data2", "--allow-host-path=/models", "--deny-host-network", "--allow-rdma-resource=rdma/ib",
+        "--allow-multus-network=ib-net"]
     container = deploy["spec"]["template"]["spec"]["containers"][0]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert deploy["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
