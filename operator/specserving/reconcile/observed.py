@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from specserving.rendering.podsecurity import required_level
 from specserving.rendering import labels as L
 
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
@@ -46,6 +47,12 @@ class Workload:
     updated: int
     # The message of a Progressing=False/ProgressDeadlineExceeded condition, if the workload has one.
     deadline_exceeded: str | None = None
+    # The message of a ReplicaFailure=True condition: the API server refused to create its pods (Pod Security
+    # admission, a quota, a LimitRange).
+    replica_failure: str | None = None
+    # The Pod Security level its pod template needs, and what keeps it from the next stricter one (podsecurity.py).
+    pod_level: str = ""
+    pod_level_reasons: tuple[str, ...] = ()
     role: str = ""
     # The PD-contract revision of the workload ("" for workloads from before revisions), and the one its pod
     # template carries (what the router's pods pair).
@@ -70,11 +77,14 @@ def workload_of(body: dict[str, Any]) -> Workload:
     labels = meta.get("labels") or {}
     template = spec.get("template") or (spec.get("leaderWorkerTemplate") or {}).get("leaderTemplate") or {}
     template_labels = (template.get("metadata") or {}).get("labels") or {}
-    deadline = None
+    deadline = replica_failure = None
     for cond in status.get("conditions") or []:
         if cond.get("type") == "Progressing" and cond.get("status") == "False" \
                 and cond.get("reason") == "ProgressDeadlineExceeded":
             deadline = cond.get("message") or "progress deadline exceeded"
+        if cond.get("type") == "ReplicaFailure" and cond.get("status") == "True":
+            replica_failure = cond.get("message") or cond.get("reason") or "pods could not be created"
+    level, reasons = required_level(template.get("spec") or {})
     return Workload(
         kind=body.get("kind", ""),
         name=meta.get("name", ""),
@@ -85,6 +95,9 @@ def workload_of(body: dict[str, Any]) -> Workload:
         ready=int(status.get("readyReplicas", 0)),
         updated=int(status.get("updatedReplicas", 0)),
         deadline_exceeded=deadline,
+        replica_failure=replica_failure,
+        pod_level=level,
+        pod_level_reasons=tuple(reasons),
         role=labels.get(L.ROLE, ""),
         revision=labels.get(L.REVISION, ""),
         template_revision=template_labels.get(L.REVISION, ""),

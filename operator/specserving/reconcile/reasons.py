@@ -59,6 +59,10 @@ CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
 CONTAINER_FAILED = "ContainerFailed"
 IMAGE_PULL_FAILED = "ImagePullFailed"
 POD_FAILED = "PodFailed"
+# The API server refuses to create a pool's or the router's pods: the namespace's Pod Security level is too low
+# for them (the message names the level they need), or another admission rule (a quota, a LimitRange) refuses them.
+POD_SECURITY_REFUSED = "PodSecurityRefused"
+PODS_NOT_CREATED = "PodsNotCreated"
 NO_FAILURES = "NoFailures"
 
 # ServingVerified (reconcile/serving.py).
@@ -81,6 +85,7 @@ WARNING_REASONS = frozenset({
     INVALID_SPEC, DEPENDENCY_MISSING, APPLY_FAILED, IMAGE_LACKS_BUILDER, INVALID_RENDERED_CONFIG, BUILD_FAILED,
     REGISTRY_MISSING,
     PROGRESS_DEADLINE_EXCEEDED, NEW_REVISION_UNSCHEDULABLE,
-    CRASH_LOOP_BACK_OFF, CONTAINER_FAILED, IMAGE_PULL_FAILED, POD_FAILED, CHILD_APPLY_FAILED,
+    CRASH_LOOP_BACK_OFF, CONTAINER_FAILED, IMAGE_PULL_FAILED, POD_FAILED, CHILD_APPLY_FAILED, POD_SECURITY_REFUSED,
+    PODS_NOT_CREATED,
     REQUEST_FAILED, ROUTER_UNREACHABLE,
 })

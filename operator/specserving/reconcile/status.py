@@ -185,7 +185,26 @@ def _ready(o: Observation, pools: list[dict[str, Any]], gen: int, endpoint: str 
                        "every pool is ready" + (f"; serving at {endpoint}" if endpoint else ""), gen)
 
 
+def _refused_pods(o: Observation) -> tuple[str, str] | None:
+    """(reason, message) when the API server refuses to create a workload's pods, naming the Pod Security level
+    the pods need when that is what refuses them."""
+    for role, w in sorted(o.workloads.items()):
+        if w is None or not w.replica_failure:
+            continue
+        if "PodSecurity" in w.replica_failure:
+            why = "; ".join(w.pod_level_reasons[:4]) or "see the API server's message"
+            return R.POD_SECURITY_REFUSED, (
+                f"{w.kind} {w.name}: the namespace's Pod Security admission refuses the {role} pods, which need the "
+                f"{w.pod_level} level ({why}): label the namespace pod-security.kubernetes.io/enforce={w.pod_level}, "
+                f"or change the spec (docs/security.md); the API server says: {w.replica_failure}")
+        return R.PODS_NOT_CREATED, f"{w.kind} {w.name}: the API server refuses its {role} pods: {w.replica_failure}"
+    return None
+
+
 def _degraded(o: Observation, gen: int) -> dict[str, Any]:
+    refused = _refused_pods(o)
+    if refused is not None:
+        return C.condition(R.DEGRADED, C.TRUE, *refused, gen)
     failures = pod_failures(o.pods)
     if failures:
         return C.condition(R.DEGRADED, C.TRUE, failures[0].reason, summary(failures), gen)
