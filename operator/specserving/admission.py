@@ -13,7 +13,9 @@ from specserving.api.types import SpecServingSpec
 from specserving.capabilities import CapabilityTable
 from specserving.policy import ServingPolicy
 from specserving.problems import Problem, Report
-from specserving.rendering import contract
+from specserving.rendering import contract, render
+from specserving.rendering import labels as L
+from specserving.rendering.podsecurity import LEVELS, admits, required_level
 from specserving.rendering.image import base_image
 from specserving.validation import Validation, validate
 
@@ -39,10 +41,29 @@ def _rollout_warning(new_spec: SpecServingSpec, old: dict[str, Any], table: Capa
     return report
 
 
+def _pod_security_warning(spec: SpecServingSpec, meta: dict[str, Any], enforced: str) -> Report:
+    """A warning for every workload whose pods the namespace's enforced Pod Security level will refuse."""
+    report = Report()
+    for child in render(spec, {**meta, "uid": meta.get("uid") or "pending"}, base_image(spec)):
+        template = child.get("spec", {}).get("template") or \
+            (child.get("spec", {}).get("leaderWorkerTemplate") or {}).get("leaderTemplate")
+        if template is None:
+            continue
+        needed, why = required_level(template.get("spec") or {})
+        if not admits(enforced, needed):
+            role = child["metadata"].get("labels", {}).get(L.ROLE, child["metadata"]["name"])
+            report.warnings.append(Problem("metadata.namespace", (
+                f'namespace "{meta.get("namespace")}" enforces Pod Security level {enforced}, which will refuse the '
+                f"{role} pods: they need {needed} ({'; '.join(why[:3])}); label the namespace "
+                f"pod-security.kubernetes.io/enforce={needed}, or change the spec (docs/security.md)")))
+    return report
+
+
 def review(new: dict[str, Any], old: dict[str, Any] | None, table: CapabilityTable | None = None,
-           policy: ServingPolicy | None = None) -> Validation:
+           policy: ServingPolicy | None = None, enforced_level: str | None = None) -> Validation:
     """Everything that makes `new` inadmissible (old is None on create), plus warnings for kubectl to print.
-    `policy` is the cluster admin's serving-pod policy (policy.py).
+    `policy` is the cluster admin's serving-pod policy (policy.py); `enforced_level` the namespace's
+    pod-security.kubernetes.io/enforce label, if any.
 
     The apiserver has applied the schema and CEL rules before a validating webhook runs, so CEL is not
     re-evaluated here.
@@ -50,6 +71,8 @@ def review(new: dict[str, Any], old: dict[str, Any] | None, table: CapabilityTab
     report = validate(new, table, run_cel=False, policy=policy)
     if old is not None and report.ok and report.spec is not None and not _deleting(new):
         report.extend(_rollout_warning(report.spec, old, table))
+    if enforced_level in LEVELS and report.ok and report.spec is not None and not _deleting(new):
+        report.extend(_pod_security_warning(report.spec, new.get("metadata") or {}, enforced_level))
     return report
 
 

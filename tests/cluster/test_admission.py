@@ -184,3 +184,12 @@ def test_webhook_outage_refuses_clearly_then_recovers(cluster: Cluster, namespac
         assert stored(cluster, namespace)
     finally:
         back.stop()
+
+
+def test_a_namespace_whose_pod_security_level_refuses_the_pods_gets_a_warning(cluster: Cluster, namespace: str,
+                                                                              webhook: WebhookOperator) -> None:
+    cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=baseline")
+    out = apply(cluster, namespace, seed())
+    assert out.returncode == 0, out.stderr  # advice, not a refusal: the admin may relabel the namespace
+    assert f'Warning: metadata.namespace: namespace "{namespace}" enforces Pod Security level baseline, which will ' \
+           "refuse the decode pods: they need privileged (hostNetwork=true" in out.stderr, out.stderr

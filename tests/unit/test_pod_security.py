@@ -70,3 +70,19 @@ def test_pods_refused_by_pod_security_degrade_the_specserving_naming_the_level()
     assert "need the privileged level (hostNetwork=true" in degraded["message"]
     assert "pod-security.kubernetes.io/enforce=privileged" in degraded["message"]
     assert 'violates PodSecurity "baseline:latest"' in degraded["message"]
+
+
+def test_admission_warns_when_the_namespace_level_will_refuse_the_pods() -> None:
+    from specserving.admission import review
+
+    obj = seed()
+    obj["metadata"]["namespace"] = "team-a"
+    report = review(obj, None, enforced_level="baseline")
+    assert report.ok
+    warned = [str(w) for w in report.warnings if w.path == "metadata.namespace"]
+    refused = sorted(role for w in warned for role in ("prefill", "decode", "router") if f"refuse the {role} pods" in w)
+    assert refused == ["decode", "prefill"]  # the router's pods are restricted
+    assert all(w.startswith('metadata.namespace: namespace "team-a" enforces Pod Security level baseline') for w in warned)
+    assert all("need privileged" in w and "enforce=privileged" in w for w in warned)
+    assert not [w for w in review(obj, None, enforced_level="privileged").warnings if w.path == "metadata.namespace"]
+    assert not [w for w in review(obj, None, enforced_level=None).warnings if w.path == "metadata.namespace"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from specserving import GROUP, PLURAL, VERSION
 from specserving.admission import refusal_message, review
+from specserving.kube import Kube
 from specserving.policy import ServingPolicy
 from specserving.webhook.configuration import HANDLER_ID
 
@@ -39,8 +40,10 @@ class WebhookMetrics:
                                  registry=registry)
 
 
-def register(registry: kopf.OperatorRegistry, metrics: WebhookMetrics, policy: ServingPolicy | None = None) -> None:
-    """Add the SpecServing validating handler to `registry`, refusing what `policy` forbids too."""
+def register(registry: kopf.OperatorRegistry, metrics: WebhookMetrics, policy: ServingPolicy | None = None,
+             enforced_level: Callable[[str], str | None] | None = None) -> None:
+    """Add the SpecServing validating handler to `registry`, refusing what `policy` forbids too, and warning when
+    the namespace's Pod Security level (`enforced_level(namespace)`) will refuse the pods."""
 
     @kopf.on.validate(GROUP, VERSION, PLURAL, id=HANDLER_ID, operations=["CREATE", "UPDATE"], registry=registry)
     def validate_specserving(*, body: kopf.Body, warnings: list[str], old: kopf.Body | None = None,
@@ -50,7 +53,8 @@ def register(registry: kopf.OperatorRegistry, metrics: WebhookMetrics, policy: S
         new_obj = plain(body)
         meta = new_obj.get("metadata", {})
         try:
-            report = review(new_obj, plain(old) if old is not None else None, policy=policy)
+            level = enforced_level(str(meta.get("namespace") or "default")) if enforced_level else None
+            report = review(new_obj, plain(old) if old is not None else None, policy=policy, enforced_level=level)
         except Exception:
             metrics.reviews.labels(operation, "error").inc()
             log.exception("admission review of SpecServing %s/%s failed unexpectedly", meta.get("namespace"),
@@ -64,3 +68,33 @@ def register(registry: kopf.OperatorRegistry, metrics: WebhookMetrics, policy: S
             metrics.reviews.labels(operation, "refused").inc()
             raise kopf.AdmissionError(refusal_message(report), code=422)
         metrics.reviews.labels(operation, "allowed").inc()
+
+
+ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
+LEVEL_CACHE_SECONDS = 10.0
+
+
+class NamespaceLevels:
+    """The pod-security.kubernetes.io/enforce label of a namespace, read with `list` (the chart grants list and
+    watch on namespaces, not get) and kept LEVEL_CACHE_SECONDS, so a burst of reviews costs one API call. A failed
+    read gives None: the warning is advice, never a reason to refuse."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.cache: dict[str, tuple[float, str | None]] = {}
+
+    def __call__(self, namespace: str) -> str | None:
+        now = time.monotonic()
+        hit = self.cache.get(namespace)
+        if hit is not None and now - hit[0] < LEVEL_CACHE_SECONDS:
+            return hit[1]
+        try:
+            found = self.kube.request("GET", "/api/v1/namespaces",
+                                      query={"fieldSelector": f"metadata.name={namespace}"})
+            items = found.get("items") or []
+            level = ((items[0].get("metadata") or {}).get("labels") or {}).get(ENFORCE_LABEL) if items else None
+        except Exception as exc:  # noqa: BLE001 - advice only: log and go on without it
+            log.debug("cannot read the Pod Security level of namespace %s: %s", namespace, exc)
+            level = None
+        self.cache[namespace] = (now, level)
+        return level

@@ -22,7 +22,7 @@ import kopf
 from specserving.kube import ApiError, Kube, StartupError
 from specserving.policy import ServingPolicy
 from specserving.webhook.configuration import CONFIGURATION_NAME, validating_configuration
-from specserving.webhook.handlers import WebhookMetrics, register
+from specserving.webhook.handlers import NamespaceLevels, WebhookMetrics, register
 from specserving.webhook.tls import generate
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def install(registry: kopf.OperatorRegistry, opts: WebhookOptions, kube: Kube, m
     if opts.configuration == SELF and ca_pem is None:
         raise StartupError("--webhook-configuration=self needs the operator's own CA: drop --webhook-certfile, or "
                            "use --webhook-configuration=none and let the chart own the configuration")
-    register(registry, metrics, policy)
+    register(registry, metrics, policy, NamespaceLevels(kube))
 
     @kopf.on.startup(id="webhook", registry=registry)
     def start_webhook(settings: kopf.OperatorSettings, **_: Any) -> None:
