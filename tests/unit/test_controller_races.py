@@ -8,6 +8,9 @@
 3. A SpecServing whose namespace is being deleted: the API server refuses new children there (403, cause
    NamespaceTerminating). That ends the pass quietly too; it used to report ApplyFailed, post a Warning event and
    reach kopf's log as "Handler 'reconcile' failed temporarily: ... forbidden", which reads like missing RBAC.
+4. The dry run before an apply: a RoleBinding whose Role the same wave creates cannot be dry-run under the chart's
+   ServiceAccount (the RBAC check looks the Role up: 404). That child is left to the real apply; the dry run
+   used to raise, and no child was ever applied. An invalid child (422) still blocks the whole rendering.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class FakeKube:
         self.on_apply: dict[tuple[str, str], Any] = {}
         self.status_error: ApiError | None = None
         self.apply_error: ApiError | None = None
+        self.dry_run_errors: dict[str, ApiError] = {}  # kind -> what its dry run answers
         self.status_patches: list[dict[str, Any]] = []
         self.events: list[str] = []
         self.serial = 0
@@ -51,6 +55,8 @@ class FakeKube:
         if self.apply_error is not None:
             raise self.apply_error
         if dry_run:
+            if obj["kind"] in self.dry_run_errors:
+                raise self.dry_run_errors[obj["kind"]]
             return copy.deepcopy(obj)
         self.serial += 1
         what = (obj["kind"], obj["metadata"]["name"])
@@ -163,3 +169,26 @@ def test_an_owner_in_a_terminating_namespace_ends_the_pass_quietly() -> None:
     c = controller(kube, body)
     assert asyncio.run(c.reconcile(KEY, body)) == APPLIED
     assert kube.events == [] and kube.status_patches == [], "nothing reported as a failure"
+
+
+def test_a_child_the_dry_run_cannot_judge_is_left_to_the_apply() -> None:
+    body = owner()
+    kube = FakeKube()
+    kube.dry_run_errors["RoleBinding"] = ApiError(404, "Not Found", 'rolebindings "dsv4-flash-router" not found')
+    c = controller(kube, body)
+    assert asyncio.run(c.reconcile(KEY, body)) == APPLIED
+    assert ("RoleBinding", "dsv4-flash-router") in kube.applied
+    assert len(kube.applied) == len(render(spec_of(body), body["metadata"]))
+
+
+def test_an_invalid_child_in_the_dry_run_applies_nothing() -> None:
+    body = owner()
+    kube = FakeKube()
+    kube.dry_run_errors["Deployment"] = ApiError(422, "Invalid", 'Deployment "x" is invalid: spec.template: bad')
+    c = controller(kube, body)
+    try:
+        asyncio.run(c.reconcile(KEY, body))
+    except Exception as exc:  # the pass ends blocked, to be retried later
+        assert "InvalidRenderedConfig" in str(exc), exc
+    assert kube.applied == []
+    assert "InvalidRenderedConfig" in str(kube.status_patches[-1])

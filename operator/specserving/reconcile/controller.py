@@ -292,14 +292,21 @@ class Controller(Watched):
 
     async def _dry_run(self, children: list[dict[str, Any]]) -> None:
         """The API server's dry run of every child a new rendering changes, before any is applied: a child it
-        refuses as invalid blocks the whole rendering (InvalidRenderedConfig), so a spec the schema admits but
-        Kubernetes would half-apply changes nothing. Other failures propagate as an apply's would."""
+        refuses as invalid (400, 422) blocks the whole rendering (InvalidRenderedConfig), so a spec the schema
+        admits but Kubernetes would half-apply changes nothing.
+
+        Any other answer is left to the real apply, which reports it as before: a dry run cannot judge a child that
+        needs one created in the same wave (the RBAC check of a RoleBinding looks up its Role, which a dry run has
+        not created: 404 under the chart's ServiceAccount), nor a transient failure."""
         answers = await asyncio.gather(*(asyncio.to_thread(self._apply_child, child, True) for child in children),
                                        return_exceptions=True)
         refused = []
         for child, out in zip(children, answers, strict=True):
             if isinstance(out, ApiError) and out.status in (400, 422):
                 refused.append(f"{child['kind']} {child['metadata']['name']}: {out.message}")
+            elif isinstance(out, ApiError):
+                log.debug("dry run of %s %s/%s: %s; left to the apply", child["kind"],
+                          child["metadata"].get("namespace"), child["metadata"]["name"], out)
             elif isinstance(out, BaseException):
                 raise out
         if refused:
