@@ -71,30 +71,24 @@ def register(registry: kopf.OperatorRegistry, metrics: WebhookMetrics, policy: S
 
 
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
-LEVEL_CACHE_SECONDS = 10.0
 
 
 class NamespaceLevels:
     """The pod-security.kubernetes.io/enforce label of a namespace, read with `list` (the chart grants list and
-    watch on namespaces, not get) and kept LEVEL_CACHE_SECONDS, so a burst of reviews costs one API call. A failed
-    read gives None: the warning is advice, never a reason to refuse."""
+    watch on namespaces, not get), once per review: a cached answer would miss a label set just before an apply.
+    A failed read gives None: the warning is advice, never a reason to refuse."""
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
-        self.cache: dict[str, tuple[float, str | None]] = {}
 
     def __call__(self, namespace: str) -> str | None:
-        now = time.monotonic()
-        hit = self.cache.get(namespace)
-        if hit is not None and now - hit[0] < LEVEL_CACHE_SECONDS:
-            return hit[1]
         try:
             found = self.kube.request("GET", "/api/v1/namespaces",
                                       query={"fieldSelector": f"metadata.name={namespace}"})
             items = found.get("items") or []
-            level = ((items[0].get("metadata") or {}).get("labels") or {}).get(ENFORCE_LABEL) if items else None
+            level: str | None = ((items[0].get("metadata") or {}).get("labels") or {}).get(ENFORCE_LABEL) \
+                if items else None
         except Exception as exc:  # noqa: BLE001 - advice only: log and go on without it
             log.debug("cannot read the Pod Security level of namespace %s: %s", namespace, exc)
-            level = None
-        self.cache[namespace] = (now, level)
+            return None
         return level
