@@ -15,8 +15,8 @@ from specserving.policy import ServingPolicy
 from specserving.problems import Problem, Report
 from specserving.rendering import contract, render
 from specserving.rendering import labels as L
-from specserving.rendering.podsecurity import LEVELS, admits, required_level
 from specserving.rendering.image import base_image
+from specserving.rendering.podsecurity import LEVELS, admits, required_level
 from specserving.validation import Validation, validate
 
 
