@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 # Everything heavy (Go-built control plane, SGLang venvs, wheels) lives outside the repo, keyed by version.
 export SPECSERVING_CACHE ?= $(HOME)/.cache/specserving
 
-.PHONY: help venv test test-unit test-decode-path test-fuzz test-cluster demo render cluster-up cluster-down cluster-env cluster-build crds bench reliability
+.PHONY: help venv test test-unit test-decode-path test-fuzz test-offline test-cluster demo render cluster-up cluster-down cluster-env cluster-build crds bench reliability
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -23,10 +23,14 @@ $(PY): pyproject.toml
 venv: $(PY) ## create .venv with the operator and its test tools
 
 # The decode_path tier keeps both cores busy with SGLang subprocesses while the cluster tier mostly waits on the
-# control plane, so after the unit tier the two run side by side, and the fuzz tier takes the decode_path tier's
-# slot when it ends; each tier's output is printed whole when it ends.
-test: test-unit ## run every test tier: unit, then decode_path (then fuzz) beside cluster
-	$(MAKE) --no-print-directory --output-sync=target -j2 test-decode-path test-cluster test-fuzz
+# control plane, so after the unit tier the two run side by side, and the fuzz tier follows the decode_path tier in
+# its slot (test-offline), never holding the cluster tier back; each tier's output is printed whole when it ends.
+test: test-unit ## run every test tier: unit, then decode_path and fuzz beside cluster
+	$(MAKE) --no-print-directory --output-sync=target -j2 test-cluster test-offline
+
+test-offline: $(PY) ## the decode_path tier, then the fuzz tier (the tiers that need no cluster)
+	$(MAKE) --no-print-directory test-decode-path
+	$(MAKE) --no-print-directory test-fuzz
 
 test-unit: $(PY) ## pure tests: spec model, CRD, renderer golden files, validation; the layers and types
 	$(VENV)/bin/lint-imports --no-cache
