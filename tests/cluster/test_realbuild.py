@@ -142,9 +142,16 @@ def test_a_real_build_serves_the_pushed_digest(cluster: Cluster, namespace: str,
     code, _, manifest = api("GET", f"{PUSH_REPO}/sglang-pd/manifests/{digest}")
     config_digest = json.loads(manifest)["config"]["digest"]
     code, _, config = api("GET", f"{PUSH_REPO}/sglang-pd/blobs/{config_digest}")
-    labels = json.loads(config)["config"]["Labels"]
+    built_config = json.loads(config)["config"]
+    labels = built_config["Labels"]
     assert labels["io.specserving.required-algorithms"] == "DSPARK"
     assert labels["io.specserving.base-image"] == f"{base_tag.rsplit(':', 1)[0]}@{base_digest}"
+    base_repo = repository_of(base_0516)
+    _, _, base_manifest = api("GET", f"{base_repo}/manifests/{base_digest}")
+    _, _, base_config = api("GET", f"{base_repo}/blobs/{json.loads(base_manifest)['config']['digest']}")
+    # The pods set the user either way (docs/security.md); the image itself must not change it either.
+    base_user = json.loads(base_config)["config"].get("User", "")
+    assert built_config.get("User", "") == base_user, "a build keeps the base's user"
 
     job = cluster.list("jobs", ns, "specserving.io/build")[0]["metadata"]["name"]
     log = cluster.kubectl("logs", f"job/{job}", "-n", ns).stdout

@@ -34,6 +34,7 @@ def test_build_arguments_and_probe_step() -> None:
     assert re.search(r'^RUN python3 -m specserving_pdfix\.probe --require "\$\{REQUIRE_ALGORITHMS\}"', text, re.M)
     assert re.search(r"mooncake-transfer-engine==\$\{MOONCAKE_VERSION\}", text)
     assert re.search(r"^ARG MOONCAKE_VERSION=\d+\.\d+\.\d+", text, re.M)
-    user = re.findall(r"^USER (\S+)", text, re.M)
-    assert user and not user[-1].startswith(("root", "0")), "the image must end as a non-root user"
+    # The built image keeps its base's user: the pods set it (docs/security.md), so a build never changes who runs
+    # SGLang.
+    assert not re.findall(r"^USER ", text, re.M), "the image must not set a USER of its own"
     assert "org.opencontainers.image.title" in text

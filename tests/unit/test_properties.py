@@ -84,13 +84,16 @@ def test_every_valid_spec_renders_pods_that_ask_for_their_gpus_and_rdma(obj: dic
         rdma_name = rdma.get("resourceName", "rdma/ib")
         if spec["transfer"]["backend"] == "mooncake_tcp":
             assert rdma_name not in limits
-            assert "capabilities" not in container["securityContext"]  # IPC_LOCK only where RDMA pins memory
+            # IPC_LOCK only where RDMA pins memory
+            assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
         else:
             assert limits[rdma_name] == str(rdma.get("count", tp // nodes))
-            assert container["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
+            assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
         assert container["resources"]["requests"] == limits
         assert container["securityContext"]["privileged"] is False
-        assert tmpl["spec"]["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+        # One user for base and built images alike (the image's USER never decides it).
+        assert tmpl["spec"]["securityContext"] == {"runAsUser": 0, "runAsGroup": 0,
+                                                   "seccompProfile": {"type": "RuntimeDefault"}}
         args = container["args"]
         assert args[args.index("--tp-size") + 1] == str(tp)
         assert args[args.index("--disaggregation-mode") + 1] == role

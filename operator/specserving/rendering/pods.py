@@ -183,11 +183,20 @@ def _default_affinity(name: str, role: str) -> dict[str, Any]:
 
 
 def _container_security(spec: SpecServingSpec, role: str) -> dict[str, Any]:
-    """No privilege; IPC_LOCK only where RDMA is used (Mooncake and NIXL pin KV memory for the NIC to read)."""
-    security: dict[str, Any] = {"privileged": False, "allowPrivilegeEscalation": False}
+    """Every capability dropped; IPC_LOCK kept only where RDMA is used (Mooncake and NIXL pin KV memory for the
+    NIC to read, which needs IPC_LOCK or an unlimited memlock rlimit, and Kubernetes can set no rlimit)."""
+    capabilities: dict[str, Any] = {"drop": ["ALL"]}
     if rdma_per_pod(spec, role):
-        security["capabilities"] = {"add": ["IPC_LOCK"]}
-    return security
+        capabilities["add"] = ["IPC_LOCK"]
+    return {"privileged": False, "allowPrivilegeEscalation": False, "capabilities": capabilities}
+
+
+# The serving process runs as root in its container, whatever the image's USER says, so that a built image and
+# the base it came from run the same way. Root because a capability added to a non-root process is not effective:
+# the runtime puts it in the bounding and permitted sets but not the ambient set, so execve as a non-root user
+# clears it (measured on the real node: CapEff 0 as UID 65532, IPC_LOCK as UID 0; docs/security.md). Root here
+# holds nothing but IPC_LOCK (with RDMA), no privilege escalation, and the runtime's default seccomp filter.
+SERVING_USER = {"runAsUser": 0, "runAsGroup": 0}
 
 
 def pod_template(name: str, spec: SpecServingSpec, role: str, image: ResolvedImage, *,
@@ -221,7 +230,7 @@ def pod_template(name: str, spec: SpecServingSpec, role: str, image: ResolvedIma
     pod_spec: dict[str, Any] = {
         "containers": [container],
         # The container runtime's default syscall filter: nothing SGLang or Mooncake needs is outside it.
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {**SERVING_USER, "seccompProfile": {"type": "RuntimeDefault"}},
         "volumes": volumes,
         "terminationGracePeriodSeconds": pool.termination_grace_period_seconds,
         "affinity": copy.deepcopy(pool.affinity) if pool.affinity else _default_affinity(name, role),

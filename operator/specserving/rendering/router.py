@@ -145,8 +145,8 @@ def render_router(name: str, spec: SpecServingSpec, image: ResolvedImage, revisi
                            "failureThreshold": 2},
         "livenessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 20, "failureThreshold": 3},
         "lifecycle": {"preStop": {"sleep": {"seconds": ROUTER_PRESTOP_SECONDS}}},
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "allowPrivilegeEscalation": False,
-                            "capabilities": {"drop": ["ALL"]}},
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
     pod_spec: dict[str, Any] = {"serviceAccountName": rname, "containers": [container], "enableServiceLinks": False,
                                 "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}}
