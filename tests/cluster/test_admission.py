@@ -6,13 +6,21 @@ after the test namespace and limited to it, so no other test's SpecServings depe
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import socket
+import ssl
 import subprocess
+import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from specserving.webhook.tls import generate
 
 from .kube import Cluster, wait_for
 from .operating import NAME, REPO, Operator, crd, free_port, seed
@@ -193,3 +201,79 @@ def test_a_namespace_whose_pod_security_level_refuses_the_pods_gets_a_warning(cl
     assert out.returncode == 0, out.stderr  # advice, not a refusal: the admin may relabel the namespace
     assert f'Warning: metadata.namespace: namespace "{namespace}" enforces Pod Security level baseline, which will ' \
            "refuse the decode pods: they need privileged (hostNetwork=true" in out.stderr, out.stderr
+
+
+def _tls_handshake(port: int, lowest: ssl.TLSVersion, highest: ssl.TLSVersion) -> str:
+    """Connect with a client that offers exactly `lowest`..`highest`; the version the server picked."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    context.set_ciphers("DEFAULT:@SECLEVEL=0")  # this client may offer old versions: only the server may refuse
+    context.minimum_version, context.maximum_version = lowest, highest
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock, context.wrap_socket(sock) as tls:
+        return str(tls.version())
+
+
+@contextlib.contextmanager
+def _permissive_tls_server(directory: Path) -> Iterator[int]:
+    """A TLS server that accepts every version this OpenSSL has: the control showing that the client above can
+    really offer TLS 1.0 and 1.1, so that a refusal by the webhook is the webhook's."""
+    material = generate(directory, ["localhost"])
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.set_ciphers("DEFAULT:@SECLEVEL=0")
+    context.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+    context.load_cert_chain(str(material.certfile), str(material.keyfile))
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with contextlib.suppress(OSError), context.wrap_socket(conn, server_side=True):
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+def _http_status(port: int, https: bool) -> int:
+    """POST an empty review to the webhook's port; the HTTP status it answers."""
+    if https:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection("127.0.0.1", port, timeout=10,
+                                                                        context=context)
+    else:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("POST", "/", body=b"{}", headers={"Content-Type": "application/json"})
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_the_webhook_refuses_plain_http_and_tls_older_than_1_2(webhook: WebhookOperator, tmp_path: Path) -> None:
+    port = webhook.webhook_port
+    assert _http_status(port, https=True) >= 200  # the port answers HTTP over TLS: the refusals below are about TLS
+    with pytest.raises((http.client.HTTPException, OSError)):
+        status = _http_status(port, https=False)
+        print(f"plain HTTP answered {status}")
+    with warnings.catch_warnings(), _permissive_tls_server(tmp_path / "control-tls") as control:
+        warnings.simplefilter("ignore", DeprecationWarning)  # offering TLS 1.0 and 1.1 is the point here
+        for old, name in ((ssl.TLSVersion.TLSv1, "TLSv1"), (ssl.TLSVersion.TLSv1_1, "TLSv1.1")):
+            assert _tls_handshake(control, old, old) == name  # the client can offer it
+            with pytest.raises(ssl.SSLError):
+                _tls_handshake(port, old, old)
+    assert _tls_handshake(port, ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_2) == "TLSv1.2"
+    assert _tls_handshake(port, ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.MAXIMUM_SUPPORTED) == "TLSv1.3"
+    print(f"figure: webhook TLS: plain HTTP and TLS 1.0/1.1 refused (a control server accepted both from the same "
+          f"client); 1.2 and 1.3 served ({ssl.OPENSSL_VERSION})")

@@ -12,6 +12,7 @@ Two set-ups:
 from __future__ import annotations
 
 import logging
+import ssl
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,14 @@ class WebhookOptions:
         return "localhost" if self.listen in ("0.0.0.0", "::") else self.listen
 
 
+def tls_context() -> ssl.SSLContext:
+    """The server side of the webhook's TLS: 1.2 or newer, whatever the OpenSSL build would otherwise allow (the
+    API server speaks 1.2 and 1.3). kopf loads the certificate into it, and again when the files change."""
+    context = ssl.create_default_context(purpose=ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
 def _server(opts: WebhookOptions) -> tuple[kopf.WebhookServer, bytes | None]:
     if opts.certfile or opts.keyfile:
         if not (opts.certfile and opts.keyfile):
@@ -57,14 +66,14 @@ def _server(opts: WebhookOptions) -> tuple[kopf.WebhookServer, bytes | None]:
             if not f.is_file():
                 raise StartupError(f"webhook TLS file {f} does not exist")
         return kopf.WebhookServer(addr=opts.listen, port=opts.port, host=opts.host, certfile=str(opts.certfile),
-                                  pkeyfile=str(opts.keyfile)), None
+                                  pkeyfile=str(opts.keyfile), context=tls_context()), None
     cert_dir = opts.cert_dir or Path(tempfile.mkdtemp(prefix="specserving-webhook-"))
     hosts = [opts.host] + (["localhost"] if opts.host != "localhost" else [])
     material = generate(cert_dir, hosts)
     log.info("webhook: generated a self-signed CA and certificate for %s in %s", ", ".join(hosts), cert_dir)
     server = kopf.WebhookServer(addr=opts.listen, port=opts.port, host=opts.host,
                                 certfile=str(material.certfile), pkeyfile=str(material.keyfile),
-                                cadata=material.ca_pem)
+                                cadata=material.ca_pem, context=tls_context())
     return server, material.ca_pem
 
 
