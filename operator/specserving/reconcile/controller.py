@@ -239,10 +239,11 @@ class Controller(Watched):
         if pending and st.dry_run_passed is not rendered:
             await self._dry_run([desired for _, desired, _, _ in pending])
             st.dry_run_passed = rendered
-        # The children of one wave go to the API server at once. Workloads wait for the wave before them: a pod
-        # that names a ServiceAccount not created yet is refused, and its ReplicaSet then backs off.
-        for workloads in (False, True):
-            wave = [item for item in pending if kind_of(item[1]).workload is workloads]
+        # The children of one wave go to the API server at once; a wave waits for the one before it (kinds.py:
+        # RoleBindings after their Role, workloads after their ServiceAccount, whose absence would make their
+        # ReplicaSet back off).
+        for number in sorted({kind_of(item[1]).apply_wave for item in pending}):
+            wave = [item for item in pending if kind_of(item[1]).apply_wave == number]
             answers = await asyncio.gather(*(asyncio.to_thread(self._apply_child, desired)
                                              for _, desired, _, _ in wave), return_exceptions=True)
             failure: BaseException | None = None
@@ -296,8 +297,8 @@ class Controller(Watched):
         admits but Kubernetes would half-apply changes nothing.
 
         Any other answer is left to the real apply, which reports it as before: a dry run cannot judge a child that
-        needs one created in the same wave (the RBAC check of a RoleBinding looks up its Role, which a dry run has
-        not created: 404 under the chart's ServiceAccount), nor a transient failure."""
+        needs another one created first (the RBAC check of a RoleBinding looks up its Role, which a dry run has not
+        created: 404 under the chart's ServiceAccount, measured), nor a transient failure."""
         answers = await asyncio.gather(*(asyncio.to_thread(self._apply_child, child, True) for child in children),
                                        return_exceptions=True)
         refused = []

@@ -24,6 +24,10 @@ class ChildKind:
     missing: str | None = None
     # Workloads carry replicas and pods; their status feeds the pool conditions.
     workload: bool = False
+    # The order of a first apply, in waves: what a later wave needs must exist first. The API server's RBAC check of
+    # a RoleBinding reads its Role (an operator that is not cluster-admin must hold the Role's permissions, and
+    # the check looks them up: before the Role exists it answers 404), and a pod names its ServiceAccount.
+    apply_wave: int = 0
 
     @property
     def group(self) -> str:
@@ -41,11 +45,11 @@ class ChildKind:
 CHILD_KINDS: tuple[ChildKind, ...] = (
     ChildKind("v1", "ServiceAccount", "serviceaccounts"),
     ChildKind("rbac.authorization.k8s.io/v1", "Role", "roles"),
-    ChildKind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
+    ChildKind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", apply_wave=1),
     ChildKind("v1", "Service", "services"),
     ChildKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
-    ChildKind("apps/v1", "Deployment", "deployments", workload=True),
-    ChildKind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets", workload=True,
+    ChildKind("apps/v1", "Deployment", "deployments", workload=True, apply_wave=2),
+    ChildKind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "leaderworkersets", workload=True, apply_wave=2,
               missing="a pool with nodesPerReplica > 1 runs as a LeaderWorkerSet; install LeaderWorkerSet "
                       "(https://lws.sigs.k8s.io) or set nodesPerReplica to 1"),
     ChildKind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors",
