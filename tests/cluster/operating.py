@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +36,23 @@ RESYNC_SECONDS = 2
 class Operator(OperatorProcess):
     """`specserving run --namespace NS` in the background, with its liveness and metrics endpoints."""
 
-    def __init__(self, cluster: Cluster, namespace: str, log: Path, extra: Sequence[str] = ()) -> None:
+    def __init__(self, cluster: Cluster, namespace: str, log: Path, extra: Sequence[str] = (),
+                 kubeconfig: Path | None = None, launched: Callable[[int], object] | None = None,
+                 wait: bool = True) -> None:
+        """`kubeconfig`: another identity than the cluster's admin (then the only one the process can reach).
+        `launched` is called with the process id as soon as it exists; `wait=False` returns without waiting for
+        the liveness endpoint (for a process that may be killed during its start)."""
         self.health, self.metrics_port = free_port(), free_port()
-        self.launch([SPECSERVING, "run", "--namespace", namespace, "--kubeconfig", str(cluster.kubeconfig),
+        config = kubeconfig or cluster.kubeconfig
+        self.launch([SPECSERVING, "run", "--namespace", namespace, "--kubeconfig", str(config),
                      "--liveness", f"http://127.0.0.1:{self.health}/healthz", "--metrics-port",
                      str(self.metrics_port), "--metrics-address", "127.0.0.1", "--resync-seconds",
                      str(RESYNC_SECONDS), "--no-load-probe", "--serving-checks", "Off",
-                     *HOST_PATH_POLICY, *extra], cluster.env, log)
-        wait_for(self._healthy, timeout=30, what=f"the operator's liveness endpoint (log: {log})")
+                     *HOST_PATH_POLICY, *extra], {**cluster.env, "KUBECONFIG": str(config)}, log)
+        if launched:
+            launched(self.proc.pid)
+        if wait:
+            wait_for(self._healthy, timeout=30, what=f"the operator's liveness endpoint (log: {log})")
 
     def _healthy(self) -> bool:
         try:

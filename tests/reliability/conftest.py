@@ -10,12 +10,18 @@ set-up that started it stops it at the end of the session. So one control plane 
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 from cluster.conftest import cluster, namespace
 from cluster.kube import Cluster, condition, wait_for
-from cluster.operating import CRD, operator
+from cluster.operating import CRD, Operator
 
-__all__ = ["cluster", "crd", "namespace", "operator"]  # fixtures, used by name
+from .faults import chart_identity, forbidden_lines
+
+__all__ = ["cluster", "crd", "namespace"]  # fixtures, used by name
 
 
 @pytest.fixture(scope="module")
@@ -26,3 +32,26 @@ def crd(cluster: Cluster) -> None:
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     wait_for(lambda: (condition(cluster.get("crd", "specservings.specserving.io"), "Established") or {}).get(
         "status") == "True", 60, "the SpecServing CRD Established")
+
+
+@pytest.fixture
+def chart_kubeconfig(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[Path]:
+    """A kubeconfig holding only a token of the chart's ServiceAccount, with the chart's RBAC for an install that
+    watches the test's namespace: the identity the operator has in production."""
+    with chart_identity(cluster, namespace, tmp_path / "operator.kubeconfig") as kubeconfig:
+        yield kubeconfig
+
+
+@pytest.fixture
+def operator(cluster: Cluster, namespace: str, crd: None, chart_kubeconfig: Path, tmp_path: Path,
+             ) -> Iterator[Operator]:
+    """The operator as the chart's ServiceAccount; the test fails if any of its requests was forbidden."""
+    op = Operator(cluster, namespace, tmp_path / "operator.log", kubeconfig=chart_kubeconfig)
+    try:
+        yield op
+    finally:
+        op.stop()
+        # pytest shows captured teardown output only when the test fails: the log tail explains the failure.
+        sys.stderr.write(f"\n--- operator log ({op.log}) ---\n{op.log.read_text()[-6000:]}\n")
+    forbidden = forbidden_lines(op.log.read_text())
+    assert not forbidden, "the chart's RBAC refused the operator:\n" + "\n".join(forbidden[:10])

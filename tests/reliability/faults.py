@@ -18,7 +18,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -26,6 +26,8 @@ import yaml
 from harness.cluster import stop_orphans
 from cluster.kube import Cluster, cluster_sh, condition, parse_env, wait_for
 from cluster.operating import CHILD_KINDS, SPECSERVING, Operator
+from cluster.test_chart import token_kubeconfig
+from cluster.test_chart import render as render_chart
 from specserving.api.loading import spec_of
 from specserving.rendering import render
 
@@ -105,9 +107,7 @@ def cli_render(cluster: Cluster, obj: Mapping[str, Any], ns: str) -> list[dict[s
 
 def expected_children(obj: Mapping[str, Any], ns: str) -> set[tuple[str, str]]:
     """(kind, name) of every child of the stored SpecServing `obj`: the renderer behind `specserving render`."""
-    clean = {k: v for k, v in obj.items() if k != "status"}
-    clean["metadata"] = {**obj["metadata"], "namespace": ns}
-    return {(c["kind"], c["metadata"]["name"]) for c in render(spec_of(clean), clean["metadata"])}
+    return {(c["kind"], c["metadata"]["name"]) for c in rendered_children(obj, ns)}
 
 
 # -- what converged means ----------------------------------------------------------------------------------------
@@ -130,14 +130,32 @@ def inventory(cluster: Cluster, ns: str) -> dict[str, list[dict[str, Any]]]:
 
 
 def convergence_problems(cluster: Cluster, ns: str, *, require_ready: bool = True) -> list[str]:
-    """Everything that keeps the namespace from being converged; [] when it is.
+    """Everything that keeps the namespace from being converged; [] when it is (see `problems_in`)."""
+    return problems_in(inventory(cluster, ns), lambda obj: rendered_children(obj, ns), require_ready=require_ready)
+
+
+def rendered_children(obj: Mapping[str, Any], ns: str) -> list[dict[str, Any]]:
+    """The children the renderer gives the stored SpecServing `obj` in namespace `ns`."""
+    clean = {k: v for k, v in obj.items() if k != "status"}
+    clean["metadata"] = {**obj["metadata"], "namespace": ns}
+    return render(spec_of(clean), clean["metadata"])
+
+
+def _slot(child: Mapping[str, Any]) -> tuple[str, str]:
+    """What one child stands for in its SpecServing: its kind and role (a pool's Deployment of any revision)."""
+    return child["kind"], (child["metadata"].get("labels") or {}).get(ROLE, "")
+
+
+def problems_in(inv: Mapping[str, list[dict[str, Any]]], rendered: Callable[[dict[str, Any]], list[dict[str, Any]]],
+                *, require_ready: bool = True) -> list[str]:
+    """Everything that keeps an inventory (see `inventory`) from being converged; [] when it is.
 
     Converged: every SpecServing is Ready for its generation (when `require_ready`) and carries no finalizer; its
-    children are exactly what `specserving render` gives (kind and name), each owned by it (controller reference
-    to its uid, no finalizer); no labelled child belongs to a SpecServing that is gone or no longer renders it
-    (orphans); and no pool has more pods or live ReplicaSets than it should (duplicates).
+    children are exactly what `rendered` gives (kind and name), each owned by it (controller reference to its uid,
+    no finalizer); no kind and role has more objects than the rendering has (duplicates, such as a pool's
+    Deployment of a revision left behind); no labelled child belongs to a SpecServing that is gone or no longer
+    renders it (orphans); and no pool has more pods or live ReplicaSets than it should (duplicates).
     """
-    inv = inventory(cluster, ns)
     owners = {o["metadata"]["name"]: o for o in inv["specservings"]}
     problems: list[str] = []
     for name, obj in sorted(owners.items()):
@@ -150,25 +168,28 @@ def convergence_problems(cluster: Cluster, ns: str, *, require_ready: bool = Tru
             c = condition(obj, "Ready") or {}
             problems.append(f"{name}: not Ready for generation {obj['metadata']['generation']} "
                             f"({c.get('reason')}: {c.get('message')})")
-        want = expected_children(obj, ns)
-        have: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for child in inv["children"]:
-            if child["metadata"]["labels"].get(INSTANCE) == name:
-                have.setdefault((child["kind"], child["metadata"]["name"]), []).append(child)
-        if missing := sorted(want - set(have)):
+        wanted = rendered(obj)
+        want = {(c["kind"], c["metadata"]["name"]) for c in wanted}
+        have = [c for c in inv["children"] if c["metadata"]["labels"].get(INSTANCE) == name]
+        if missing := sorted(want - {(c["kind"], c["metadata"]["name"]) for c in have}):
             problems.append(f"{name}: missing children {missing}")
-        if extra := sorted(set(have) - want):
+        if extra := sorted({(c["kind"], c["metadata"]["name"]) for c in have} - want):
             problems.append(f"{name}: children not rendered (orphans) {extra}")
-        for key, found in sorted(have.items()):
-            if len(found) > 1:
-                problems.append(f"{name}: {len(found)} objects {key}")
-            for child in found:
-                refs = [r for r in child["metadata"].get("ownerReferences") or [] if r.get("controller")]
-                if [(r["kind"], r["name"], r["uid"]) for r in refs] != [("SpecServing", name, obj["metadata"]["uid"])]:
-                    problems.append(f"{name}: {key} is controlled by {refs}, not SpecServing uid "
-                                    f"{obj['metadata']['uid']}")
-                if child["metadata"].get("finalizers"):
-                    problems.append(f"{name}: {key} has finalizers {child['metadata']['finalizers']}")
+        slots = {_slot(c) for c in wanted}
+        for kind, role in sorted(slots):
+            n_want = sum(_slot(c) == (kind, role) for c in wanted)
+            found = sorted(c["metadata"]["name"] for c in have if _slot(c) == (kind, role))
+            if len(found) > n_want:
+                problems.append(f"{name}: {len(found)} {kind} objects for role {role!r}, want {n_want} "
+                                f"(duplicates: {', '.join(found)})")
+        for child in have:
+            key = (child["kind"], child["metadata"]["name"])
+            refs = [r for r in child["metadata"].get("ownerReferences") or [] if r.get("controller")]
+            if [(r["kind"], r["name"], r["uid"]) for r in refs] != [("SpecServing", name, obj["metadata"]["uid"])]:
+                problems.append(f"{name}: {key} is controlled by {refs}, not SpecServing uid "
+                                f"{obj['metadata']['uid']}")
+            if child["metadata"].get("finalizers"):
+                problems.append(f"{name}: {key} has finalizers {child['metadata']['finalizers']}")
         if require_ready:
             spec = obj["spec"]
             for role, desired in (("prefill", spec["prefill"]["replicas"]), ("decode", spec["decode"]["replicas"]),
@@ -206,6 +227,58 @@ def await_converged(cluster: Cluster, ns: str, timeout: float, what: str, **kwar
                         + "\n  ".join(last[:40]), pytrace=False)
         time.sleep(0.5)
     return time.monotonic() - started
+
+
+# -- the operator's identity -----------------------------------------------------------------------------------------
+
+RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+
+
+@contextlib.contextmanager
+def chart_identity(cluster: Cluster, ns: str, path: pathlib.Path) -> Iterator[pathlib.Path]:
+    """The chart's ServiceAccount and RBAC for an install that watches `ns` (`helm template` of
+    charts/specserving-operator under a release name of its own), applied; yields a kubeconfig that holds only a
+    token of that ServiceAccount. Its cluster-scoped objects are deleted afterwards."""
+    release = f"rel-{random.SystemRandom().randrange(16**6):06x}"
+    rbac = [d for d in render_chart(cluster, "watchNamespaces={" + ns + "}", namespace=ns, release=release)
+            if d["kind"] in RBAC_KINDS and "helm.sh/hook" not in (d["metadata"].get("annotations") or {})]
+    accounts = [d for d in rbac if d["kind"] == "ServiceAccount"]
+    assert len(accounts) == 1, [d["metadata"]["name"] for d in accounts]
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(rbac))
+    user = f"system:serviceaccount:{ns}:{accounts[0]['metadata']['name']}"
+    # The API server's RBAC authorizer learns new bindings from its own watch, a moment later: an operator started
+    # at once would meet 403s and retry. Wait until every rule is in force.
+    grants = sorted({(rule["verbs"][0], group, res)
+                     for d in rbac if d["kind"] in ("Role", "ClusterRole") for rule in d.get("rules") or []
+                     if not rule.get("resourceNames")
+                     for group in rule.get("apiGroups") or [""] for res in rule.get("resources") or []})
+
+    def granted(verb: str, group: str, resource: str) -> bool:
+        resource, _, sub = resource.partition("/")
+        args = ["auth", "can-i", verb, f"{resource}.{group}" if group else resource, "-n", ns, f"--as={user}",
+                *([f"--subresource={sub}"] if sub else [])]
+        out = cluster.kubectl(*args, check=False)
+        # A kind the cluster does not serve (LeaderWorkerSet, ServiceMonitor): no request for it can be made.
+        return out.stdout.strip() == "yes" or "doesn't have a resource type" in out.stderr
+
+    wait_for(lambda: all(granted(*g) for g in grants), 60, f"the chart's RBAC in force for {user}")
+    try:
+        yield token_kubeconfig(cluster, ns, accounts[0]["metadata"]["name"], path)
+    finally:
+        for d in rbac:
+            if d["kind"].startswith("Cluster"):
+                cluster.kubectl("delete", d["kind"], d["metadata"]["name"], "--ignore-not-found", check=False)
+
+
+# The API server's words when RBAC refuses a request (`... is forbidden: User "system:serviceaccount:..." cannot
+# ...`), and kopf's when it cannot list or watch something. Not the "Forbidden:" of a field error in a validation
+# message.
+RBAC_REFUSAL = re.compile(r"is forbidden: User|\b403\b|Forbidden\b(?!:)|Not enough permissions")
+
+
+def forbidden_lines(log: str) -> list[str]:
+    """Lines of an operator log that show a request its RBAC refused."""
+    return [ln for ln in log.splitlines() if RBAC_REFUSAL.search(ln)]
 
 
 # -- faults ----------------------------------------------------------------------------------------------------------

@@ -270,7 +270,8 @@ def _cross_field(draw: st.DrawFn, obj: dict[str, Any]) -> str:
 
 def _operator_rule(draw: st.DrawFn, obj: dict[str, Any]) -> str:
     spec = obj["spec"]
-    case = draw(st.sampled_from(["no-builder", "dflash-dp", "owned-flag", "role-switch", "lm-head", "a2a"]))
+    case = draw(st.sampled_from(["no-builder", "dflash-dp", "owned-flag", "role-switch", "lm-head", "a2a",
+                                 "unknown-flag", "pp-size", "owned-env"]))
     if case == "no-builder":
         spec["speculative"]["algorithm"] = draw(st.sampled_from(["NGRAM", "STANDALONE", "UNO"]))
         spec["speculative"].pop("blockSize", None)
@@ -286,6 +287,13 @@ def _operator_rule(draw: st.DrawFn, obj: dict[str, Any]) -> str:
         spec[pool]["extraArgs"] = draw(st.sampled_from([[flag, "1"], [f"{flag}=1"]]))
     elif case == "role-switch":
         spec["decode"]["extraArgs"] = ["--enable-pd-role-switch"]
+    elif case == "unknown-flag":
+        spec[draw(st.sampled_from(["engine", "prefill", "decode"]))]["extraArgs"] = ["--no-such-flag"]
+    elif case == "pp-size":
+        spec["decode"]["extraArgs"] = ["--pp-size", "2"]
+    elif case == "owned-env":
+        name = draw(st.sampled_from(["SGLANG_HOST_IP", "SGLANG_RAGGED_VERIFY_MODE"]))
+        spec[draw(st.sampled_from(["engine", "decode"]))]["env"] = [{"name": name, "value": "x"}]
     elif case == "lm-head":
         spec["image"]["base"] = "lmsysorg/sglang:v0.5.17-cu129"
         spec["engine"].update({"tp": 8, "dp": 8, "enableDpAttention": True, "enableDpLmHead": False})
@@ -323,3 +331,11 @@ def mutated_specs(draw: st.DrawFn) -> tuple[dict[str, Any], list[str]]:
         except (KeyError, TypeError, AttributeError, IndexError):
             done.append(f"{mutate.__name__} (not applicable after {done})")  # an earlier mutation removed its target
     return obj, done
+
+
+@st.composite
+def operator_invalid_specs(draw: st.DrawFn) -> tuple[dict[str, Any], list[str]]:
+    """A valid SpecServing broken by one or two of the operator's own rules only: the CRD's schema admits it, so
+    with the webhook off it is stored and reaches the reconciler."""
+    obj = copy.deepcopy(draw(valid_specs()))
+    return obj, [_operator_rule(draw, obj) for _ in range(draw(st.integers(1, 2)))]

@@ -2,12 +2,15 @@
 killed and restarted while the operator reconciles, and a GPU node deleted under a pool pod.
 
 Targets: after an API server restart the operator reconnects on its own (its watches, not the resync, bring the
-next change in) and everything converges within 30 s of the API server being back. A lost node's pod is replaced
-on another node and the status says so: not Ready (or Degraded) while the pool is short, then Ready.
+next change in) and everything converges within 30 s of the API server being back, and within 60 s of the kill.
+The kill must land mid-reconcile (asserted at the kill: some SpecServings have children, some are not converged).
+A lost node's pod is replaced on another node and the status says so: not Ready (or Degraded) while the pool is
+short, then Ready.
 """
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,8 +25,10 @@ from .faults import (
     StatusTrail,
     apply_all,
     await_converged,
+    chart_identity,
     convergence_problems,
     figure,
+    forbidden_lines,
     private_cluster,
     size,
     small,
@@ -34,7 +39,18 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900 if FULL else 420)]
 
 NODES = 6  # 48 GPUs: the restart test's pools, then the seed's three 8-GPU pods with spare nodes to move to
 RESTART_COUNT = size(6, 16)  # SpecServings in flight when the API server dies (2 GPUs each)
-CONVERGE_TARGET = 30.0
+CONVERGE_TARGET = 30.0  # seconds from the API server's /readyz: the operator's share
+# Seconds from the kill: the outage as a user sees it. kube-apiserver itself took up to 24 s to answer /readyz again
+# on this machine (docs/reliability.md), so this leaves the operator its 30 s on top.
+FROM_KILL_TARGET = 60.0
+# Seconds after /readyz during which the restarted API server may still refuse the ServiceAccount (its RBAC
+# authorizer's caches not synced yet).
+RBAC_SYNC_GRACE = 30.0
+
+
+def _logged_at(line: str) -> datetime.datetime:
+    """The time of an operator log line (`[2026-12-03 18:27:17,423] ...`)."""
+    return datetime.datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f")
 
 
 @pytest.fixture(scope="module")
@@ -58,28 +74,45 @@ def ns(private: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
         private.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
-def test_apiserver_restart_mid_reconcile_converges(private: Cluster, ns: str, tmp_path: Path) -> None:
+@pytest.fixture
+def identity(private: Cluster, ns: str, tmp_path: Path) -> Iterator[Path]:
+    """The chart's ServiceAccount and RBAC in the private cluster: the operator's identity in production."""
+    with chart_identity(private, ns, tmp_path / "operator.kubeconfig") as kubeconfig:
+        yield kubeconfig
+
+
+def test_apiserver_restart_mid_reconcile_converges(private: Cluster, ns: str, identity: Path, tmp_path: Path) -> None:
     plane = ControlPlane(private)
     # A long resync: what brings the operator back must be its watches reconnecting, not a periodic pass.
-    op = Operator(private, ns, tmp_path / "operator.log", extra=["--resync-seconds", "600"])
+    op = Operator(private, ns, tmp_path / "operator.log", kubeconfig=identity, extra=["--resync-seconds", "600"])
     try:
         apply_all(private, ns, [small(f"api-{i}") for i in range(RESTART_COUNT)])
-        # Mid-reconcile: the operator has started applying children, not finished.
         wait_for(lambda: private.list("deployments", ns, "specserving.io/instance"), 30, "a first child")
-        done_before = RESTART_COUNT - len({p.split(":")[0] for p in convergence_problems(private, ns)})
         # What exits meanwhile (controllers that lose their leader lease) is started again, as a kubelet would.
         with plane.supervised() as restarts:
-            killed = time.monotonic()
+            # The premise, read just before the kill: the operator is mid-reconcile, with children applied for
+            # some SpecServings and some SpecServings not converged yet.
+            unconverged = {p.split(":")[0] for p in convergence_problems(private, ns)
+                           if not p.startswith("orphan")}
+            with_children = {c["metadata"]["labels"]["specserving.io/instance"]
+                             for c in private.list("deployments", ns, "specserving.io/instance")}
+            killed, killed_wall = time.monotonic(), datetime.datetime.now()
             plane.kill("kube-apiserver")
+            assert with_children and unconverged, (
+                f"not mid-reconcile at the kill: children for {sorted(with_children)}, "
+                f"not converged {sorted(unconverged)}")
             plane.start("kube-apiserver")
             wait_for(plane.ready, 120, "kube-apiserver /readyz after the restart", interval=0.2)
-            back = time.monotonic()
-            converged = await_converged(private, ns, 120, "after the API server restart")
+            back, readyz_wall = time.monotonic(), datetime.datetime.now()
+            after_readyz = await_converged(private, ns, 120, "after the API server restart")
+            from_kill = time.monotonic() - killed
         revived = ", ".join(f"{name} (+{t - killed:.0f}s)" for t, name in restarts) or "nothing"
-        figure(f"kube-apiserver SIGKILLed and restarted with {done_before} of {RESTART_COUNT} SpecServings "
-               f"converged: API down {back - killed:.1f}s; restarted as they exited: {revived}; all converged "
-               f"{converged:.1f}s after /readyz (target {CONVERGE_TARGET:g}s)")
-        assert converged <= CONVERGE_TARGET
+        figure(f"kube-apiserver SIGKILLed mid-reconcile ({len(with_children)} of {RESTART_COUNT} SpecServings "
+               f"with children, {len(unconverged)} not converged) and restarted: /readyz back {back - killed:.1f}s "
+               f"after the kill; restarted as they exited: {revived}; all converged {from_kill:.1f}s after the kill "
+               f"({after_readyz:.1f}s after /readyz; targets {FROM_KILL_TARGET:g}s and {CONVERGE_TARGET:g}s)")
+        assert after_readyz <= CONVERGE_TARGET
+        assert from_kill <= FROM_KILL_TARGET
 
         # The watches are live again: a change is picked up without a resync.
         started = time.monotonic()
@@ -93,10 +126,21 @@ def test_apiserver_restart_mid_reconcile_converges(private: Cluster, ns: str, tm
         op.stop()
     log = op.log.read_text()
     assert not tracebacks(log), log[-4000:]
+    # A restarted API server answers 403 to the ServiceAccount until its RBAC authorizer's caches have synced, even
+    # after /readyz; the operator's client retries. A refusal outside that window would be a rule the chart lacks.
+    refused = [(_logged_at(ln), ln) for ln in forbidden_lines(log)]
+    window_end = readyz_wall + datetime.timedelta(seconds=RBAC_SYNC_GRACE)
+    outside = [ln for at, ln in refused if not killed_wall <= at <= window_end]
+    last = max((at for at, _ in refused), default=None)
+    figure(f"requests the restarted API server refused (403) before its RBAC caches synced: {len(refused)}, the last "
+           f"{(last - readyz_wall).total_seconds() if last else 0:.1f}s after /readyz (retried by the operator); "
+           f"refused outside the restart: {len(outside)}")
+    assert not outside, outside[:10]
 
 
-def test_node_loss_replaces_the_pod_and_status_follows(private: Cluster, ns: str, tmp_path: Path) -> None:
-    op = Operator(private, ns, tmp_path / "operator.log")
+def test_node_loss_replaces_the_pod_and_status_follows(private: Cluster, ns: str, identity: Path,
+                                                       tmp_path: Path) -> None:
+    op = Operator(private, ns, tmp_path / "operator.log", kubeconfig=identity)
     trail = None
     try:
         private.apply(seed(), namespace=ns)
@@ -135,3 +179,4 @@ def test_node_loss_replaces_the_pod_and_status_follows(private: Cluster, ns: str
         op.stop()
     log = op.log.read_text()
     assert not tracebacks(log), log[-4000:]
+    assert not forbidden_lines(log), forbidden_lines(log)[:10]

@@ -1,4 +1,10 @@
-"""SIGKILL the operator at random points while it reconciles many SpecServings; every one must converge.
+"""SIGKILL the operator where a crash hurts most while it reconciles many SpecServings; every one must converge.
+
+Kills are placed through a proxy between the operator and the API server (apiproxy.py): at an incarnation's first
+request (before its first pass), inside a child apply that is not the incarnation's first (mid-pass), before that
+apply reached the API server or after it answered (so it landed and the operator never heard), or at a random
+time. The first kill is before a first pass and the second inside an apply; the test fails unless at least one of
+each landed. The operator runs as the chart's ServiceAccount, and no request of it may be forbidden.
 
 The operator is a `specserving run` subprocess. Between kills the test keeps giving it work: new SpecServings,
 spec changes that roll pods (speculative steps, which start a new PD-contract revision and a rollout between
@@ -11,12 +17,13 @@ more pods or live ReplicaSets than it asks for; no child may belong to a SpecSer
 carry a finalizer, so that deleting every SpecServing with the operator dead completes and the garbage collector
 leaves nothing behind.
 
-CI size: 10 SpecServings, 4 kills. SPECSERVING_RELIABILITY=full: 100 SpecServings, 20 kills.
+CI size: 10 SpecServings, 8 kills. SPECSERVING_RELIABILITY=full: 100 SpecServings, 100 kills.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +32,7 @@ import pytest
 from cluster.kube import Cluster, wait_for
 from cluster.operating import CHILD_KINDS, Operator, total
 
+from .apiproxy import ApiProxy, Incarnation, KillPlan
 from .faults import (
     FULL,
     apply_all,
@@ -32,6 +40,7 @@ from .faults import (
     cli_render,
     expected_children,
     figure,
+    forbidden_lines,
     rng,
     sigkill,
     size,
@@ -42,11 +51,12 @@ from .faults import (
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1800 if FULL else 420)]
 
 COUNT = size(10, 100)
-KILLS = size(4, 20)
+KILLS = size(8, 100)
 # Pools with pods: every SpecServing in CI (20 GPUs of 64), the first 16 at full size (48 GPUs at most when their
 # decode pools scale to 2); the others have empty GPU pools and only a router pod.
 WITH_GPUS = size(10, 16)
-MAX_RUN_BEFORE_KILL = 5.0  # seconds the operator runs before a kill, drawn uniformly from [0, this)
+MAX_RUN_BEFORE_KILL = 5.0  # seconds the operator runs before a kill at a random time, drawn from [0, this)
+PLAN_WAIT = 10.0  # seconds to wait for a planned kill point before killing by time
 CONVERGE_TIMEOUT = size(180, 600)
 
 
@@ -69,18 +79,29 @@ def scrape(op: Operator) -> dict[str, float]:
         return {}
 
 
+def draw_plan(k: int, r: random.Random) -> KillPlan | None:
+    """Where kill `k` lands: the first two are fixed (before the first pass; inside a child apply), the rest drawn.
+    None: at a random time, as a crash with no relation to the operator's work would."""
+    if k == 1:
+        return KillPlan(first_request=True)
+    if k == 2:
+        return KillPlan(nth=r.randint(2, 12), after=r.random() < 0.5)
+    x = r.random()
+    if x < 0.15:
+        return KillPlan(first_request=True)
+    if x < 0.65:
+        return KillPlan(nth=r.randint(2, 12), after=r.random() < 0.5)
+    return None
+
+
 def test_sigkill_at_random_points_converges_without_duplicates_or_orphans(cluster: Cluster, namespace: str,
-                                                                         crd: None, tmp_path: Path) -> None:
+                                                                         crd: None, chart_kubeconfig: Path,
+                                                                         tmp_path: Path) -> None:
     ns, r = namespace, rng("operator crash")
     logs: list[Path] = []
-    reconciles = 0.0
     mutations: list[str] = []
     deleted: set[int] = set()
-
-    def start(k: int) -> Operator:
-        log = tmp_path / f"operator-{k:02d}.log"
-        logs.append(log)
-        return Operator(cluster, ns, log)
+    incarnations: list[Incarnation] = []
 
     def mutate(k: int) -> None:
         """A few random changes, each logged; the operator may be alive or dead."""
@@ -127,47 +148,64 @@ def test_sigkill_at_random_points_converges_without_duplicates_or_orphans(cluste
     assert {(c["kind"], c["metadata"]["name"]) for c in cli_render(cluster, sample, ns)} == \
         expected_children(sample, ns)
 
-    op = start(0)
-    apply_all(cluster, ns, [spec_for(i) for i in range(COUNT)])
-    started = time.monotonic()
-    kill_points: list[str] = []
-    mid_rollout = 0
-    for k in range(1, KILLS + 1):
-        if k % 2:
-            mutate(k)  # work in flight when the kill comes
-        time.sleep(r.uniform(0, MAX_RUN_BEFORE_KILL))
-        before = scrape(op)
-        reconciles += total(before, "specserving_reconcile_total")
-        kill_points.append(f"after {total(before, 'specserving_reconcile_total'):.0f} passes, "
-                           f"{total(before, 'specserving_child_applies_total'):.0f} applies")
-        rolling = [o["metadata"]["name"] for o in cluster.list("specservings", ns)
-                   if (o.get("status") or {}).get("rollout")]
-        mid_rollout += bool(rolling)
-        sigkill(op)
-        if rolling:
-            kill_points[-1] += f", during the rollouts of {', '.join(rolling)}"
-        if not k % 2:
-            mutate(k)  # work waiting for the next incarnation
-        op = start(k)
-    try:
-        mutate(KILLS + 1)
-        last_restart = time.monotonic()
-        print("kill points: " + "; ".join(kill_points))
-        print("changes: " + " ".join(mutations), flush=True)
-        converged = await_converged(cluster, ns, CONVERGE_TIMEOUT, f"{COUNT} SpecServings after {KILLS} SIGKILLs")
-        samples = op.metrics()
-        reconciles += total(samples, "specserving_reconcile_total")
-        errors = total(samples, "specserving_reconcile_errors_total")
-        alive = op.proc.poll() is None
-    finally:
-        sigkill(op)
-    figure(f"operator SIGKILLed {KILLS} times at random points over {last_restart - started:.0f}s with "
-           f"{COUNT} SpecServings ({len(mutations)} changes in between); all converged {converged:.1f}s after the "
-           f"last changes; "
-           f"{reconciles:.0f} reconcile passes counted (kills lose the counts since their last scrape), "
-           f"{errors:.0f} errors in the last incarnation; {mid_rollout} kill(s) landed while a revision rollout "
-           f"ran")
+    plans = [draw_plan(k, r) for k in range(1, KILLS + 1)]
+    with ApiProxy(chart_kubeconfig) as proxy:
+        def start(k: int) -> Operator:
+            """Incarnation k, to be killed by kill k+1 (the last one lives)."""
+            plan = (plans[k] if k < KILLS else None) or KillPlan()
+            log = tmp_path / f"operator-{k:03d}.log"
+            logs.append(log)
+            return Operator(cluster, ns, log, kubeconfig=proxy.kubeconfig, wait=not plan.first_request,
+                            launched=lambda pid: incarnations.append(proxy.follow(pid, plan)))
+
+        op = start(0)
+        apply_all(cluster, ns, [spec_for(i) for i in range(COUNT)])
+        started = time.monotonic()
+        kill_points: list[str] = []
+        mid_rollout = 0
+        for k in range(1, KILLS + 1):
+            plan, inc = plans[k - 1], incarnations[-1]
+            if k % 2 or (plan and plan.nth):
+                mutate(k)  # work in flight when the kill comes
+            if plan is None:
+                time.sleep(r.uniform(0, MAX_RUN_BEFORE_KILL))
+                sigkill(op)
+                point = f"at a random time ({inc.applies} child applies in)"
+            elif inc.killed.wait(PLAN_WAIT):
+                sigkill(op)  # already dead: reaps it and closes its log
+                point = inc.killed_at
+            else:
+                sigkill(op)
+                point = f"by time: the plan's child apply {plan.nth} never came ({inc.applies} applies in)"
+            rolling = [o["metadata"]["name"] for o in cluster.list("specservings", ns)
+                       if (o.get("status") or {}).get("rollout")]
+            mid_rollout += bool(rolling)
+            kill_points.append(point + (f", during the rollouts of {', '.join(rolling)}" if rolling else ""))
+            if not k % 2:
+                mutate(k)  # work waiting for the next incarnation
+            op = start(k)
+        try:
+            mutate(KILLS + 1)
+            last_restart = time.monotonic()
+            print("kill points:\n  " + "\n  ".join(f"{i + 1}: {p}" for i, p in enumerate(kill_points)))
+            print("changes: " + " ".join(mutations), flush=True)
+            converged = await_converged(cluster, ns, CONVERGE_TIMEOUT, f"{COUNT} SpecServings after {KILLS} SIGKILLs")
+            samples = op.metrics()
+            errors = total(samples, "specserving_reconcile_errors_total")
+            alive = op.proc.poll() is None
+        finally:
+            sigkill(op)
+    before_first_pass = sum(p.startswith("before the first pass") for p in kill_points)
+    inside_apply = sum(p.startswith("inside child apply") for p in kill_points)
+    figure(f"operator SIGKILLed {KILLS} times with {COUNT} SpecServings over {last_restart - started:.0f}s "
+           f"({len(mutations)} changes in between): {before_first_pass} before the first pass, {inside_apply} inside "
+           f"a child apply (a later one of the same incarnation), {KILLS - before_first_pass - inside_apply} at "
+           f"random times; {sum(i.applies for i in incarnations)} child applies through the proxy; all converged "
+           f"{converged:.1f}s after the last changes; {errors:.0f} errors in the last incarnation; {mid_rollout} "
+           f"kill(s) landed while a revision rollout ran")
     assert alive
+    # The premise: kills landed where a crash does the most harm, not only between passes.
+    assert before_first_pass >= 1 and inside_apply >= 1, kill_points
 
     # A stored object the operator has not seen yet must not matter: convergence held at the end, with nothing
     # duplicated. Now, with the operator dead, everything must still go away: no finalizer holds anything.
@@ -181,13 +219,16 @@ def test_sigkill_at_random_points_converges_without_duplicates_or_orphans(cluste
 
     text = "".join(log.read_text() for log in logs)
     assert not tracebacks(text), "a traceback in the operator's log:\n" + "\n".join(tracebacks(text)[:20])
+    forbidden = forbidden_lines(text)
+    assert not forbidden, "the chart's RBAC refused the operator:\n" + "\n".join(forbidden[:10])
 
 
 ROLLOUT_KILLS = size(6, 20)
 
 
 def test_sigkill_during_revision_rollouts_leaves_no_orphaned_revision(cluster: Cluster, namespace: str,
-                                                                    crd: None, tmp_path: Path) -> None:
+                                                                    crd: None, chart_kubeconfig: Path,
+                                                                    tmp_path: Path) -> None:
     """Every round changes the PD contract of every SpecServing (speculative steps: a new revision each time),
     lets the operator work for 0.3-2.5 s, and SIGKILLs it; half the rounds also change it again while it is
     dead, so a rollout is replaced mid-way. After the last restart every SpecServing converges to exactly its
@@ -199,7 +240,7 @@ def test_sigkill_during_revision_rollouts_leaves_no_orphaned_revision(cluster: C
     def start(k: int) -> Operator:
         log = tmp_path / f"operator-{k:02d}.log"
         logs.append(log)
-        return Operator(cluster, ns, log)
+        return Operator(cluster, ns, log, kubeconfig=chart_kubeconfig)
 
     def change(steps: int) -> None:
         apply_all(cluster, ns, [small(f"roll-{i:03d}", decode=2, **{
@@ -238,3 +279,5 @@ def test_sigkill_during_revision_rollouts_leaves_no_orphaned_revision(cluster: C
     assert sum(1 for n in mid_rollout if n) >= 1, "no kill landed while a rollout ran: the test proved nothing"
     text = "".join(log.read_text() for log in logs)
     assert not tracebacks(text), "a traceback in the operator's log:\n" + "\n".join(tracebacks(text)[:20])
+    forbidden = forbidden_lines(text)
+    assert not forbidden, "the chart's RBAC refused the operator:\n" + "\n".join(forbidden[:10])

@@ -8,7 +8,10 @@
 2. A Secret with a random value is referenced as spec.image.pullSecrets and spec.image.build.pushSecretRef; the
    operator (with --debug, so it logs everything it sees) runs a build and a serving lifecycle; the value, in every
    encoding the Secret holds it, appears in no log line, event, status, annotation or other object of the namespace.
-3. RBAC: that the operator runs under the chart's ServiceAccount alone is proven by
+   The operator runs as the chart's ServiceAccount (a token kubeconfig, the chart's RBAC from `helm template`)
+   with its webhook serving TLS; that token and the TLS key are searched for too. The log must hold the lifecycle
+   (an empty log finds nothing), and no request may be forbidden.
+3. RBAC: the whole chart install runs the lifecycle under its ServiceAccount alone in
    tests/cluster/test_chart.py::test_install_cluster_wide_runs_the_lifecycle_as_the_charts_identity.
 """
 
@@ -23,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 from cluster.kube import Cluster, condition, wait_for
-from cluster.operating import NAME, READY_TIMEOUT, REPO, Operator, ready, seed
+from cluster.operating import NAME, READY_TIMEOUT, REPO, Operator, free_port, ready, seed
 from hypothesis import given, settings
 from specserving.api.loading import spec_of
 from specserving.capabilities import load
@@ -33,8 +36,9 @@ from specserving.imagebuild.planning import BUILD
 from specserving.imagebuild.planning import plan as plan_image
 from specserving.rendering import render
 from specserving.validation import validate
+from specserving.webhook.tls import generate
 
-from .faults import figure, size
+from .faults import figure, forbidden_lines, size
 from .specs import valid_specs
 
 CONTEXT = REPO / "tests" / "unit" / "imagebuild" / "context"  # the unit tier's small build context
@@ -74,6 +78,8 @@ def pod_problems(what: str, pod_spec: dict[str, Any], *, build: bool = False) ->
             continue
         if sc.get("allowPrivilegeEscalation") is not False:
             problems.append(f"{name}: allowPrivilegeEscalation is not false")
+        if "ALL" not in ((sc.get("capabilities") or {}).get("drop") or []):
+            problems.append(f"{name}: does not drop every capability")
         router = c["name"] == "router" or "router" in what
         if router and (not sc.get("runAsNonRoot") or "ALL" not in ((sc.get("capabilities") or {}).get("drop") or [])):
             problems.append(f"{name}: router not non-root with every capability dropped")
@@ -109,10 +115,21 @@ def test_fuzzed_valid_specs_render_no_privileged_pod(obj: dict[str, Any]) -> Non
         assert rendered_problems(obj) == []
 
 
+def snapshot(cluster: Cluster, ns: str) -> str:
+    """Every object of the namespace the operator could have written to, but the Secrets, as JSON text."""
+    return cluster.kubectl("get", "all,configmaps,events,specservings,serviceaccounts,roles,rolebindings,"
+                           "poddisruptionbudgets,jobs", "-n", ns, "-o", "json").stdout
+
+
+def pem_lines(pem: str) -> set[str]:
+    """The base64 lines of a PEM block: any one of them found elsewhere is a piece of the key."""
+    return {ln for ln in pem.splitlines() if ln and not ln.startswith("-----")}
+
+
 @pytest.mark.cluster
 @pytest.mark.timeout(300)
 def test_no_secret_value_in_logs_events_or_status(cluster: Cluster, namespace: str, crd: None,
-                                                  tmp_path: Path) -> None:
+                                                  chart_kubeconfig: Path, tmp_path: Path) -> None:
     ns = namespace
     token = f"sps-{secrets.token_hex(16)}"
     auth = base64.b64encode(f"robot:{token}".encode()).decode()
@@ -121,8 +138,19 @@ def test_no_secret_value_in_logs_events_or_status(cluster: Cluster, namespace: s
     for secret in ("sps-pull", "sps-push"):
         cluster.kubectl("create", "secret", "docker-registry", secret, "-n", ns, "--docker-server=registry.example.com",
                         "--docker-username=robot", f"--docker-password={token}")
+    # The operator's own secrets: the token of the chart's ServiceAccount it runs as (no other identity), and its
+    # webhook's TLS key.
+    kubeconfig = chart_kubeconfig
+    sa_token = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"]
+    tls = generate(tmp_path / "webhook-tls", ["localhost"])
+    key_pem = tls.keyfile.read_text()
+    own = {"ServiceAccount token": {sa_token, *sa_token.split(".")[1:]},
+           "webhook TLS key": {key_pem, base64.b64encode(key_pem.encode()).decode(), *pem_lines(key_pem)}}
 
-    op = Operator(cluster, ns, tmp_path / "operator.log", extra=["--debug", "--build-context", str(CONTEXT)])
+    op = Operator(cluster, ns, tmp_path / "operator.log", kubeconfig=kubeconfig, extra=[
+        "--debug", "--build-context", str(CONTEXT), "--webhook-port", str(free_port()),
+        "--webhook-certfile", str(tls.certfile), "--webhook-keyfile", str(tls.keyfile),
+        "--webhook-configuration", "none"])
     try:
         # A serving lifecycle with pull secrets: apply, Ready, scale, update.
         served = seed(**{"spec.image.pullSecrets": [{"name": "sps-pull"}]})
@@ -149,17 +177,26 @@ def test_no_secret_value_in_logs_events_or_status(cluster: Cluster, namespace: s
             build = "specserving.io/build" in p["metadata"].get("labels", {})
             assert pod_problems(f"pod {p['metadata']['name']}", p["spec"], build=build) == []
         assert any(p["spec"].get("imagePullSecrets") == [{"name": "sps-pull"}] for p in pods)
+        alive = snapshot(cluster, ns)  # status, pods and the build Job: what the deletion below removes
         cluster.kubectl("delete", "sps", "--all", "-n", ns, "--wait=true", "--timeout=60s")
     finally:
         op.stop()
 
-    everything = cluster.kubectl("get", "all,configmaps,events,specservings,serviceaccounts,roles,rolebindings,"
-                                 "poddisruptionbudgets,jobs", "-n", ns, "-o", "json").stdout
+    everything = alive + snapshot(cluster, ns)
     log = op.log.read_text()
+    # An empty or quiet log would find nothing: it must hold the debug lines of the lifecycle it lived through.
+    assert len(log.splitlines()) >= 100, f"the operator logged only {len(log.splitlines())} lines:\n{log[-2000:]}"
+    for seen in ("sps-pull", "sps-push", NAME, "built"):
+        assert seen in log, f"{seen!r} is not in the operator's --debug log: the search would look at the wrong text"
+    assert "sps-pull" in alive and "sps-push" in alive  # the names are in the objects too
+    forbidden = forbidden_lines(log)
+    assert not forbidden, "the chart's RBAC refused the operator:\n" + "\n".join(forbidden[:10])
+    objects = sum(len(json.loads(text)["items"]) for text in (alive, everything[len(alive):]))
     places = {"operator log": log, "objects of the namespace (but the Secrets)": everything}
-    leaks = {where: sorted(f for f in forms if f in text) for where, text in places.items()}
-    figure(f"secret value checked in {len(log.splitlines())} operator log lines (--debug) and "
-           f"{len(json.loads(everything)['items'])} objects (events, status, pods, Jobs, ConfigMaps): "
+    leaks = {f"{what} in the {where}": sorted(f[:24] + "..." for f in found if f in text)
+             for what, found in {"pull/push secret": forms, **own}.items() for where, text in places.items()}
+    figure(f"secret values (the pull and push secrets, the operator's ServiceAccount token, its webhook TLS key) "
+           f"checked in {len(log.splitlines())} operator log lines (--debug, as the chart's ServiceAccount) and "
+           f"{objects} objects before and after the deletion (events, status, pods, Jobs, ConfigMaps): "
            f"{sum(len(v) for v in leaks.values())} occurrences")
-    assert "sps-pull" in log or "sps-pull" in everything  # the names are there: the search looked at the right text
-    assert not any(leaks.values()), leaks
+    assert not any(leaks.values()), {k: v for k, v in leaks.items() if v}
