@@ -250,7 +250,8 @@ class Kube:
             "reportingComponent": f"specserving.io/{FIELD_MANAGER}", "reportingInstance": socket.gethostname(),
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         }
-        self.request("POST", f"/api/v1/namespaces/{urllib.parse.quote(meta['namespace'])}/events", body=event)
+        self.request("POST", f"/api/v1/namespaces/{urllib.parse.quote(meta['namespace'])}/events", body=event,
+                     content_type="application/json")
 
     # -- for kopf -------------------------------------------------------------------------------------------
 

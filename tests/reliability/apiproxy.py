@@ -183,8 +183,12 @@ class ApiProxy:
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         assert self._session is not None
+        # Without a Content-Type of its own, aiohttp would add application/octet-stream, which the API server refuses
+        # (415) where it would have read a request with none as JSON.
+        skip = () if "Content-Type" in request.headers else ("Content-Type",)
         async with self._session.request(request.method, self.upstream + request.path_qs, headers=headers,
-                                         data=body or None, allow_redirects=False) as upstream:
+                                         data=body or None, allow_redirects=False,
+                                         skip_auto_headers=skip) as upstream:
             if kill_after and inc is not None:
                 self._kill(inc, seen, f"inside child apply {inc.plan.nth}, after the API server answered "
                                       f"{upstream.status}")

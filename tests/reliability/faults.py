@@ -273,7 +273,7 @@ def chart_identity(cluster: Cluster, ns: str, path: pathlib.Path) -> Iterator[pa
 # The API server's words when RBAC refuses a request (`... is forbidden: User "system:serviceaccount:..." cannot
 # ...`), and kopf's when it cannot list or watch something. Not the "Forbidden:" of a field error in a validation
 # message.
-RBAC_REFUSAL = re.compile(r"is forbidden: User|\b403\b|Forbidden\b(?!:)|Not enough permissions")
+RBAC_REFUSAL = re.compile(r"is forbidden: User|status=403\b|\b403 Forbidden|Forbidden\b(?!:)|Not enough permissions")
 
 
 def forbidden_lines(log: str) -> list[str]:
