@@ -10,7 +10,6 @@ set-up that started it stops it at the end of the session. So one control plane 
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from cluster.conftest import cluster, namespace
 from cluster.kube import Cluster, condition, wait_for
 from cluster.operating import CRD, Operator
 
-from .faults import chart_identity, forbidden_lines
+from .faults import chart_identity, chart_operator
 
 __all__ = ["cluster", "crd", "namespace"]  # fixtures, used by name
 
@@ -46,12 +45,5 @@ def chart_kubeconfig(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterat
 def operator(cluster: Cluster, namespace: str, crd: None, chart_kubeconfig: Path, tmp_path: Path,
              ) -> Iterator[Operator]:
     """The operator as the chart's ServiceAccount; the test fails if any of its requests was forbidden."""
-    op = Operator(cluster, namespace, tmp_path / "operator.log", kubeconfig=chart_kubeconfig)
-    try:
+    with chart_operator(cluster, namespace, tmp_path / "operator.log", chart_kubeconfig) as op:
         yield op
-    finally:
-        op.stop()
-        # pytest shows captured teardown output only when the test fails: the log tail explains the failure.
-        sys.stderr.write(f"\n--- operator log ({op.log}) ---\n{op.log.read_text()[-6000:]}\n")
-    forbidden = forbidden_lines(op.log.read_text())
-    assert not forbidden, "the chart's RBAC refused the operator:\n" + "\n".join(forbidden[:10])

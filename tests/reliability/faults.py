@@ -16,6 +16,7 @@ import random
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -279,6 +280,22 @@ RBAC_REFUSAL = re.compile(r"is forbidden: User|status=403\b|\b403 Forbidden|Forb
 def forbidden_lines(log: str) -> list[str]:
     """Lines of an operator log that show a request its RBAC refused."""
     return [ln for ln in log.splitlines() if RBAC_REFUSAL.search(ln)]
+
+
+@contextlib.contextmanager
+def chart_operator(cluster: Cluster, ns: str, log: pathlib.Path, kubeconfig: pathlib.Path,
+                   extra: tuple[str, ...] = ()) -> Iterator[Operator]:
+    """The operator as the chart's ServiceAccount (`kubeconfig` from `chart_identity`); stopped afterwards, its log
+    tail shown, and a failure if any of its requests was refused."""
+    op = Operator(cluster, ns, log, kubeconfig=kubeconfig, extra=extra)
+    try:
+        yield op
+    finally:
+        op.stop()
+        # pytest shows captured teardown output only when the test fails: the log tail explains the failure.
+        sys.stderr.write(f"\n--- operator log ({op.log}) ---\n{op.log.read_text()[-6000:]}\n")
+    forbidden = forbidden_lines(op.log.read_text())
+    assert not forbidden, "the chart's RBAC refused the operator:\n" + "\n".join(forbidden[:10])
 
 
 # -- faults ----------------------------------------------------------------------------------------------------------

@@ -19,7 +19,6 @@ import json
 import time
 from typing import Any
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import yaml
 from cluster.kube import Cluster, wait_for
 from cluster.operating import NAME, Operator, apply_ready, deployment, events, total
 
-from .faults import figure, forbidden_lines, ready_now
+from .faults import chart_operator, figure, ready_now
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -42,15 +41,9 @@ INSTANCE_LABEL = "specserving.io/instance"
 def production_operator(cluster: Cluster, namespace: str, crd: None, chart_kubeconfig: Path,
                         tmp_path: Path) -> Iterator[Operator]:
     """The operator as in production: the chart's ServiceAccount, and its default resync."""
-    op = Operator(cluster, namespace, tmp_path / "operator.log", kubeconfig=chart_kubeconfig,
-                  extra=["--resync-seconds", PRODUCTION_RESYNC_SECONDS])
-    try:
+    with chart_operator(cluster, namespace, tmp_path / "operator.log", chart_kubeconfig,
+                        extra=("--resync-seconds", PRODUCTION_RESYNC_SECONDS)) as op:
         yield op
-    finally:
-        op.stop()
-        sys.stderr.write(f"\n--- operator log ({op.log}) ---\n{op.log.read_text()[-6000:]}\n")
-    forbidden = forbidden_lines(op.log.read_text())
-    assert not forbidden, "the chart's RBAC refused the operator:\n" + "\n".join(forbidden[:10])
 
 
 def server_side(cluster: Cluster, ns: str, obj: dict[str, Any], manager: str) -> None:
