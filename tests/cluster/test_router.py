@@ -313,19 +313,25 @@ def test_real_router_switches_revisions_without_a_failed_request(cluster: Cluste
                                                                  implementation: str) -> None:
     """A contract change (speculative numSteps) under steady traffic through the router Service: every request is
     answered, and every answer paired a prefill and a decode pod of one revision; old first, then new."""
-    op = Operator(cluster, namespace, tmp_path / "operator.log")
+    op = Operator(cluster, namespace, tmp_path / "operator.log", extra=["--serving-checks", "On"])
     name = "roll"
     try:
         cluster.apply(real_spec(name, engine_image, router_image, implementation, prefill=1, decode=1),
                       namespace=namespace)
         obj = wait_for(lambda: ready(cluster, namespace, name), START_TIMEOUT, "the SpecServing to become Ready")
         old = obj["status"]["revision"]
+        # Ready says the pods are; the Service's rules on the node follow a moment later (kube-proxy answers
+        # "connection refused" until then). ServingVerified is the documented signal that the Service answers,
+        # so the steady traffic, and what it counts, starts there: the claim is about the change, not start-up.
+        wait_for(lambda: cond_is(cluster, namespace, "ServingVerified", "True", "RequestServed", name=name), 120,
+                 "ServingVerified=True before the change")
         svc = cluster.get("service", f"{name}-router", namespace)
         traffic = Traffic(f"http://{svc['spec']['clusterIP']}:8000/v1/completions")
         wait_for(lambda: len(traffic.served) >= 5, 60, "traffic through the router before the change")
         changed = real_spec(name, engine_image, router_image, implementation, prefill=1, decode=1)
         changed["spec"]["speculative"]["numSteps"] = 3
         started = time.monotonic()
+        changed_at = time.time()
         cluster.apply(changed, namespace=namespace)
         done = wait_for(lambda: (o := ready(cluster, namespace, name)) and o["status"]["revision"] != old
                         and o["status"].get("servingRevision") == o["status"]["revision"]
@@ -339,8 +345,8 @@ def test_real_router_switches_revisions_without_a_failed_request(cluster: Cluste
         op.stop()
         print(f"\n--- operator log ---\n{op.log.read_text()[-3000:]}")
     pairs = [(revision_of_pod(p, name, "prefill"), revision_of_pod(d, name, "decode")) for _, p, d in traffic.served]
-    assert not traffic.failed, f"{len(traffic.failed)} of {len(traffic.failed) + len(pairs)} requests failed: " \
-                               f"{traffic.failed[:5]}"
+    assert not traffic.failed, f"{len(traffic.failed)} of {len(traffic.failed) + len(pairs)} requests failed " \
+        f"(seconds from the change: {[round(t - changed_at, 2) for t, _ in traffic.failed[:5]]}): {traffic.failed[:5]}"
     assert all(p == d for p, d in pairs), [x for x in pairs if x[0] != x[1]][:5]
     # While the router rolls, a router pod of each revision answers (each pairs only its own); then only the new.
     times = {rev: [t for (t, _, _), (p, _) in zip(traffic.served, pairs, strict=True) if p == rev]
