@@ -133,17 +133,72 @@ def check_sglang_startup_rules(spec: SpecServingSpec, table: CapabilityTable) ->
     return report
 
 
+# What a Kubernetes EnvVar may hold (core/v1), and the sources of its valueFrom.
+ENV_VAR_KEYS = ("name", "value", "valueFrom")
+ENV_SOURCES = ("configMapKeyRef", "fieldRef", "fileKeyRef", "resourceFieldRef", "secretKeyRef")
+# Kubernetes 1.34+ (RelaxedEnvironmentVariableValidation): printable ASCII but '='.
+ENV_NAME = re.compile(r"[\x20-\x3c\x3e-\x7e]+")
+
+
+def _check_env_entry(at: str, entry: Any) -> list[Problem]:
+    """One EnvVar as the API server will type it: a Deployment with anything else is refused at apply (a 500
+    from server-side apply for a wrong type), after admission said yes."""
+    if not isinstance(entry, dict):
+        return [Problem(at, "Invalid value: an env entry is an object: {name: FOO, value: \"1\"} or {name: FOO, "
+                            "valueFrom: {...}}")]
+    problems = [Problem(f"{at}.{key}", f"Unsupported value: {key!r}: an env entry has only "
+                                       f"{', '.join(ENV_VAR_KEYS)}; remove it")
+                for key in entry if key not in ENV_VAR_KEYS]
+    name = entry.get("name")
+    if name is None or name == "":
+        problems.append(Problem(f"{at}.name", "Required value: every env entry needs a name"))
+    elif not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+        problems.append(Problem(f"{at}.name", (
+            f"Invalid value: {json.dumps(name)}: an environment variable name is a string of printable ASCII "
+            "characters other than '='" + ("; quote it" if not isinstance(name, str) else ""))))
+    value, source = entry.get("value"), entry.get("valueFrom")
+    if value is not None and not isinstance(value, str):
+        problems.append(Problem(f"{at}.value", (
+            f"Invalid value: {json.dumps(value)}: an env value is a string; quote it ({json.dumps(json.dumps(value))})")))
+    if source is not None:
+        sources = [k for k in source if k in ENV_SOURCES] if isinstance(source, dict) else []
+        if not isinstance(source, dict) or len(sources) != 1 or len(source) != 1 \
+                or not isinstance(source[sources[0]], dict):
+            problems.append(Problem(f"{at}.valueFrom", (
+                f"Invalid value: valueFrom names exactly one source object, one of {', '.join(ENV_SOURCES)}")))
+        elif value:
+            problems.append(Problem(f"{at}.value", "Forbidden: value and valueFrom are exclusive; keep one"))
+    return problems
+
+
 def check_env(spec: SpecServingSpec) -> Report:
-    """env may not replace the variables the operator sets (command lines: command_lines.check_command_lines)."""
+    """Each env entry is a Kubernetes EnvVar, set once per list, and not one the operator sets (command lines:
+    command_lines.check_command_lines). A pool's entry replaces the engine-wide one of its name, with a warning."""
     report = Report()
+    engine_names: dict[str, str] = {}
     for path, env in (("spec.engine.env", spec.engine.env), ("spec.prefill.env", spec.prefill.env),
                       ("spec.decode.env", spec.decode.env)):
+        seen: dict[str, str] = {}
         for i, entry in enumerate(env or []):
+            at = f"{path}[{i}]"
+            problems = _check_env_entry(at, entry)
+            report.errors.extend(problems)
             name = entry.get("name") if isinstance(entry, dict) else None
+            if not isinstance(name, str) or any(p.path == f"{at}.name" for p in problems):
+                continue
             if name in OWNED_ENV:
-                report.errors.append(Problem(f"{path}[{i}].name", (
+                report.errors.append(Problem(f"{at}.name", (
                     f'Forbidden: "{name}" is set by {OWNED_ENV[name]}; remove it from env (the operator\'s value '
                     "would be silently replaced)")))
+            elif name in seen:
+                report.errors.append(Problem(f"{at}.name", (
+                    f'Duplicate value: "{name}" is already set by {seen[name]}; set each variable once per list')))
+            elif name in engine_names and path != "spec.engine.env":
+                report.warnings.append(Problem(f"{at}.name", (
+                    f'"{name}" replaces {engine_names[name]} in this pool\'s pods')))
+            seen.setdefault(name, at)
+        if path == "spec.engine.env":
+            engine_names = seen
     return report
 
 

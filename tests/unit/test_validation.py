@@ -264,6 +264,48 @@ def test_owned_flags_env_and_config_cannot_be_overridden(changes: dict[str, Any]
     assert "Forbidden" in report.errors[0].message and words in report.errors[0].message
 
 
+@pytest.mark.parametrize(("env", "path", "words"), [
+    # Each of these was admitted before, then refused by the API server at the Deployment's apply (found by the
+    # full-size reliability fuzz: a boolean name, a 500 from server-side apply on every pass).
+    ([{"name": False, "value": "1"}], "spec.decode.env[0].name", "quote it"),
+    ([{"name": ["A"]}], "spec.decode.env[0].name", "printable ASCII"),
+    ([{"name": "A=B", "value": "1"}], "spec.decode.env[0].name", "other than '='"),
+    ([{"value": "1"}], "spec.decode.env[0].name", "Required value"),
+    ([{"name": "A", "value": 2}], "spec.decode.env[0].value", 'quote it ("2")'),
+    ([{"name": "A", "valu": "2"}], "spec.decode.env[0].valu", "only name, value, valueFrom"),
+    ([{"name": "A", "valueFrom": {}}], "spec.decode.env[0].valueFrom", "exactly one source"),
+    ([{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "x"}, "secretKeyRef": {"name": "s", "key": "k"}}}],
+     "spec.decode.env[0].valueFrom", "exactly one source"),
+    ([{"name": "A", "value": "1", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+     "spec.decode.env[0].value", "exclusive"),
+    ([{"name": "A", "value": "1"}, {"name": "A", "value": "2"}], "spec.decode.env[1].name", "spec.decode.env[0]"),
+    (["A=1"], "spec.decode.env[0]", "must be of type object"),
+])
+def test_env_entries_are_what_kubernetes_accepts(env: list[Any], path: str, words: str) -> None:
+    report = validate(seed(**{"spec.decode.env": env}))
+    assert [e.path for e in report.errors] == [path], report.errors
+    assert words in report.errors[0].message, report.errors[0].message
+
+
+def test_a_pools_env_entry_replaces_the_engine_wide_one_with_a_warning() -> None:
+    from specserving.rendering import render
+    from specserving.api.loading import spec_of
+
+    obj = seed(**{"spec.engine.env": [{"name": "A", "value": "engine"}, {"name": "B", "value": "b"}],
+                  "spec.decode.env": [{"name": "A", "value": "$(B)-decode"}]})
+    report = validate(obj)
+    assert not report.errors, report.errors
+    assert [(w.path, "replaces spec.engine.env[0]" in w.message) for w in report.warnings
+            if w.path.endswith("env[0].name")] == [("spec.decode.env[0].name", True)]
+    envs = {m["metadata"]["labels"]["specserving.io/role"]: m["spec"]["template"]["spec"]["containers"][0]["env"]
+            for m in render(spec_of(obj), obj["metadata"]) if m["kind"] == "Deployment"
+            and m["metadata"]["labels"]["specserving.io/role"] in ("prefill", "decode")}
+    assert [e for e in envs["decode"] if e["name"] in "AB"] == [{"name": "B", "value": "b"},
+                                                               {"name": "A", "value": "$(B)-decode"}]
+    assert [e for e in envs["prefill"] if e["name"] in "AB"] == [{"name": "A", "value": "engine"},
+                                                                {"name": "B", "value": "b"}]
+
+
 @pytest.mark.parametrize(("changes", "path", "words"), [
     ({"metadata.name": "1dsv4"}, "metadata.name", "DNS-1035"),
     ({"metadata.name": "dsv4.flash"}, "metadata.name", "DNS-1035"),

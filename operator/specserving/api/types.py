@@ -336,8 +336,10 @@ class PoolSpec:
                                                 max_items=32)
     affinity: RawObject | None = field("affinity is the pods' Kubernetes affinity. Default: the operator "
                                        "spreads a pool's pods over nodes.")
-    env: list[RawObject] | None = field("env adds environment variables to this pool's serving container, "
-                                        "after engine.env. Names the operator sets are refused.", max_items=64)
+    env: list[RawObject] | None = field("env adds environment variables (Kubernetes EnvVar objects) to this "
+                                        "pool's serving container, after engine.env; an entry replaces "
+                                        "engine.env's entry of the same name. Names the operator sets are "
+                                        "refused.", max_items=64)
     extra_args: list[str] | None = field("extraArgs are appended to this pool's SGLang command line, after "
                                          "engine.extraArgs. Operator-owned flags are refused.", max_items=64,
                                          item_max_length=1024)
