@@ -155,11 +155,12 @@ def _check_env_entry(at: str, entry: Any) -> list[Problem]:
     elif not isinstance(name, str) or not ENV_NAME.fullmatch(name):
         problems.append(Problem(f"{at}.name", (
             f"Invalid value: {json.dumps(name)}: an environment variable name is a string of printable ASCII "
-            "characters other than '='" + ("; quote it" if not isinstance(name, str) else ""))))
+            "characters other than '='" + ("; quote it" if isinstance(name, (bool, int, float)) else ""))))
     value, source = entry.get("value"), entry.get("valueFrom")
     if value is not None and not isinstance(value, str):
         problems.append(Problem(f"{at}.value", (
-            f"Invalid value: {json.dumps(value)}: an env value is a string; quote it ({json.dumps(json.dumps(value))})")))
+            f"Invalid value: {json.dumps(value)}: an env value is a string"
+            + (f"; quote it ({json.dumps(json.dumps(value))})" if isinstance(value, (bool, int, float)) else ""))))
     if source is not None:
         sources = [k for k in source if k in ENV_SOURCES] if isinstance(source, dict) else []
         if not isinstance(source, dict) or len(sources) != 1 or len(source) != 1 \

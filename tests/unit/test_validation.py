@@ -268,7 +268,8 @@ def test_owned_flags_env_and_config_cannot_be_overridden(changes: dict[str, Any]
     # Each of these was admitted before, then refused by the API server at the Deployment's apply (found by the
     # full-size reliability fuzz: a boolean name, a 500 from server-side apply on every pass).
     ([{"name": False, "value": "1"}], "spec.decode.env[0].name", "quote it"),
-    ([{"name": ["A"]}], "spec.decode.env[0].name", "printable ASCII"),
+    ([{"name": ["A"]}], "spec.decode.env[0].name", "other than '='"),
+    ([{"name": "A", "value": {"x": 1}}], "spec.decode.env[0].value", "an env value is a string"),
     ([{"name": "A=B", "value": "1"}], "spec.decode.env[0].name", "other than '='"),
     ([{"value": "1"}], "spec.decode.env[0].name", "Required value"),
     ([{"name": "A", "value": 2}], "spec.decode.env[0].value", 'quote it ("2")'),
@@ -334,3 +335,10 @@ def test_startup_ports_names_and_paths(changes: dict[str, Any], path: str | None
 def test_an_ib_device_item_names_one_device() -> None:
     report = validate(seed(**{"spec.transfer.ibDevices": ["mlx5_0,mlx5_1"] * 8}))
     assert report.errors and {e.path for e in report.errors} == {f"spec.transfer.ibDevices[{i}]" for i in range(8)}
+
+
+def test_env_type_errors_advise_quoting_only_scalars() -> None:
+    report = validate(seed(**{"spec.decode.env": [{"name": ["A"], "value": {"x": 1}}, {"name": True, "value": 7}]}))
+    advice = {e.path: "quote it" in e.message for e in report.errors}
+    assert advice == {"spec.decode.env[0].name": False, "spec.decode.env[0].value": False,
+                      "spec.decode.env[1].name": True, "spec.decode.env[1].value": True}, report.errors

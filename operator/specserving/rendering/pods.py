@@ -83,7 +83,8 @@ def _env(spec: SpecServingSpec, role: str, image: ResolvedImage) -> list[dict[st
     # A pool's entry replaces the engine-wide one of the same name (the API server refuses an applied list with
     # two entries of one name); pool entries come last, so their $(VAR) references may name engine entries.
     pool_names = {e.get("name") for e in pool.env or [] if isinstance(e, dict) and isinstance(e.get("name"), str)}
-    env += [copy.deepcopy(e) for e in spec.engine.env or [] if not (isinstance(e, dict) and e.get("name") in pool_names)]
+    env += [copy.deepcopy(e) for e in spec.engine.env or []
+            if not (isinstance(e, dict) and isinstance(e.get("name"), str) and e["name"] in pool_names)]
     env += copy.deepcopy(pool.env or [])
     return env
 
