@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import Runner, runs_for, script_run
+from .conftest import VERSIONS, Runner, runs_for, script_run
 
 pytestmark = pytest.mark.decode_path
 
-# Builds the IDLE draft ForwardBatch exactly as DSPARK's run_idle_participation does (0.5.16/0.5.17), runs
+# Builds the IDLE draft ForwardBatch exactly as DSPARK's run_idle_participation does (every DSPARK release), runs
 # _fill_dp_moe_sync_metadata on it under DP-MoE sync, before and after the fix.
 IDLE_METADATA = r"""
-import json, torch
+import contextlib, inspect, json, torch
 from types import SimpleNamespace
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -23,11 +23,33 @@ from sglang.srt.speculative.dspark_components import dspark_draft
 if hasattr(dspark_draft, "enable_num_token_non_padded"):
     dspark_draft.enable_num_token_non_padded = lambda: False
 
+# Later releases add constructor arguments the IDLE metadata never reads (the TP sync, the draft sampling
+# seed; from 0.5.19 the draft model's sample_from_anchor); each is given only where the release declares it.
+LATER = dict(tp_sync=None, random_seed=0, greedy_draft=True)
+declared = inspect.signature(dspark_draft.DraftBlockProposer.__init__).parameters
+
+# From 0.5.23 the draft proposer reads the width of attention DP from the published parallel context: DP
+# attention, as the decode pools run it. Earlier releases take it from their arguments.
+@contextlib.contextmanager
+def attention_dp_width():
+    try:
+        from sglang.srt.runtime_context import get_parallel
+        width = get_parallel().override(attn_dp_enabled=True)
+        width.__enter__()
+    except (ImportError, AttributeError, ValueError):  # no parallel context, or no such width in it
+        yield
+        return
+    try:
+        yield
+    finally:
+        width.__exit__(None, None, None)
+
 def fill():
     proposer = dspark_draft.DraftBlockProposer(
-        draft_model=None, draft_model_runner=SimpleNamespace(device="cpu"), gamma=3, mask_token_id=0,
+        draft_model=SimpleNamespace(sample_from_anchor=False), draft_model_runner=SimpleNamespace(device="cpu"),
+        gamma=3, mask_token_id=0,
         draft_block_spec_info=SimpleNamespace(num_tokens_per_req=4, num_tokens_for_logprob_per_req=4),
-        dp_moe_sync=True,
+        dp_moe_sync=True, **{name: value for name, value in LATER.items() if name in declared},
     )
     empty = torch.empty((0,), dtype=torch.int64)
     idle = ForwardBatch(
@@ -36,18 +58,25 @@ def fill():
         spec_algorithm=SpeculativeAlgorithm.DSPARK, spec_info=None, capture_hidden_mode=CaptureHiddenMode.NULL,
     )
     batch = SimpleNamespace(global_num_tokens=[2, 0], global_num_tokens_for_logprob=[2, 0],
-                            can_run_dp_cuda_graph=False)
+                            can_run_dp_cuda_graph=False, can_run_decode_cuda_graph=False,
+                            is_extend_in_batch=False, dp_spec_prefill_coordination_applied=False)
     proposer._fill_dp_moe_sync_metadata(idle, batch)
     return idle.original_global_num_tokens_cpu
 
-before = fill()
+with attention_dp_width():
+    before = fill()
 from specserving_pdfix import fix
 state = fix.apply()
-print(json.dumps({"before": before, "after": fill(), "patches": sorted(state["patches"])}))
+with attention_dp_width():
+    after = fill()
+print(json.dumps({"before": before, "after": after, "patches": sorted(state["patches"])}))
 """
 
 
-@pytest.mark.parametrize(("version", "patched"), [("0.5.16", True), ("0.5.17", False)])
+# Every DSPARK release up to 0.5.22. 0.5.23's proposer reads its layout from a parallel config published when the
+# process groups are built, which a CPU process without them cannot publish; its IDLE batch still runs through
+# the guard and the real prepare_for_decode in test_first_decode.py.
+@pytest.mark.parametrize(("version", "patched"), [(v, v == "0.5.16") for v in VERSIONS if "0.5.16" <= v <= "0.5.22"])
 @runs_for(lambda version, patched: [script_run(version, IDLE_METADATA)])
 def test_idle_draft_batch_gets_original_global_num_tokens(runner: Runner, version: str, patched: bool) -> None:
     out = runner.json(script_run(version, IDLE_METADATA))
