@@ -8,12 +8,13 @@ builder in each wheel), so this file checks the table against the crash itself, 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from .conftest import ROOT, VERSIONS, Runner, gen, python_run, runs_for
+from specserving import capabilities
+
+from .conftest import ROOT, VERSIONS, Runner, python_run, runs_for
 
 pytestmark = pytest.mark.decode_path
 
@@ -26,10 +27,8 @@ def first_decode(version: str) -> list[Any]:
     return [python_run(version, SCRIPT)]
 
 
-def upstream_builders(version: str) -> set[str]:
-    table = json.loads(gen.TABLE.read_text())
-    row = next(r for r in table["versions"] if r["sglang"] == version)
-    return set(row["pdBuilders"]["upstream"])
+def upstream_builders(version: str) -> frozenset[str]:
+    return capabilities.load().versions[version].upstream
 
 
 def assert_crashed_at_the_field_site(result: dict[str, Any], where: str) -> None:

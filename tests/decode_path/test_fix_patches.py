@@ -13,7 +13,7 @@ pytestmark = pytest.mark.decode_path
 # Builds the IDLE draft ForwardBatch exactly as DSPARK's run_idle_participation does (every DSPARK release), runs
 # _fill_dp_moe_sync_metadata on it under DP-MoE sync, before and after the fix.
 IDLE_METADATA = r"""
-import contextlib, inspect, json, torch
+import inspect, json, torch
 from types import SimpleNamespace
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -27,22 +27,6 @@ if hasattr(dspark_draft, "enable_num_token_non_padded"):
 # seed; from 0.5.19 the draft model's sample_from_anchor); each is given only where the release declares it.
 LATER = dict(tp_sync=None, random_seed=0, greedy_draft=True)
 declared = inspect.signature(dspark_draft.DraftBlockProposer.__init__).parameters
-
-# From 0.5.23 the draft proposer reads the width of attention DP from the published parallel context: DP
-# attention, as the decode pools run it. Earlier releases take it from their arguments.
-@contextlib.contextmanager
-def attention_dp_width():
-    try:
-        from sglang.srt.runtime_context import get_parallel
-        width = get_parallel().override(attn_dp_enabled=True)
-        width.__enter__()
-    except (ImportError, AttributeError, ValueError):  # no parallel context, or no such width in it
-        yield
-        return
-    try:
-        yield
-    finally:
-        width.__exit__(None, None, None)
 
 def fill():
     proposer = dspark_draft.DraftBlockProposer(
@@ -63,13 +47,10 @@ def fill():
     proposer._fill_dp_moe_sync_metadata(idle, batch)
     return idle.original_global_num_tokens_cpu
 
-with attention_dp_width():
-    before = fill()
+before = fill()
 from specserving_pdfix import fix
 state = fix.apply()
-with attention_dp_width():
-    after = fill()
-print(json.dumps({"before": before, "after": after, "patches": sorted(state["patches"])}))
+print(json.dumps({"before": before, "after": fill(), "patches": sorted(state["patches"])}))
 """
 
 
