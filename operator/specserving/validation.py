@@ -290,6 +290,13 @@ def check_parallelism(spec: SpecServingSpec) -> Report:
                     f"Invalid value: {value}: SGLang chooses numSteps, eagleTopk and numDraftTokens together for "
                     f"{spec_dec.algorithm} and asserts that none is set when numSteps is not; set "
                     "spec.speculative.numSteps too, or remove this field")))
+    if spec_dec.algorithm in EAGLE_FAMILY and spec_dec.num_steps is not None and spec_dec.eagle_topk is None \
+            and user_setting(spec, DECODE, ADAPTIVE_FLAG) is None:
+        # Every release then compares speculative_eagle_topk (None) with 1 and stops with a TypeError.
+        report.errors.append(Problem("spec.speculative.eagleTopk", (
+            f"Required value: with numSteps set, SGLang needs eagleTopk for {spec_dec.algorithm} too (it stops "
+            "at start-up without it); set eagleTopk (1 for a chain of drafts), or remove numSteps and "
+            "numDraftTokens to let SGLang choose all three")))
     if eng.mem_fraction_static is not None and not 0 < float(eng.mem_fraction_static) < 1:
         report.errors.append(Problem("spec.engine.memFractionStatic", (
             f'Invalid value: "{eng.mem_fraction_static}": must lie between 0 and 1 (the rest of GPU memory holds '

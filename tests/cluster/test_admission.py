@@ -102,6 +102,13 @@ REFUSED: list[tuple[str, dict[str, Any], list[str]]] = [
      ["spec.engine.toolCallParser", "invalid choice", "0.5.21"]),
     ("unknown-choice", {"spec.engine.moeRunnerBackend": "foo"}, ["spec.engine.moeRunnerBackend", "invalid choice"]),
     ("dp-without-dp-attention", {"spec.engine.enableDpAttention": False}, ["spec.engine.dp", "64 GPUs"]),
+    # Found by running each release's ServerArgs on rendered lines (tests/decode_path/test_server_args.py).
+    ("eagle-num-steps-without-topk", {"spec.speculative": {"algorithm": "EAGLE3", "draftModelPath": "/data2/d",
+                                                           "numSteps": 3, "numDraftTokens": 4}},
+     ["spec.speculative.eagleTopk", "Required value"]),
+    ("dspark-window-not-block-size-plus-one", {"spec.speculative": {"algorithm": "DSPARK", "blockSize": 4,
+                                                                    "numDraftTokens": 4}},
+     ["spec.speculative.numDraftTokens", "blockSize + 1"]),
     ("name-starts-with-a-digit", {"metadata.name": "1dsv4"}, ["metadata.name", "DNS-1035"]),
     ("name-with-a-dot", {"metadata.name": "dsv4.flash"}, ["metadata.name", "DNS-1035"]),
     ("engine-port-is-the-bootstrap-port", {"spec.engine.port": 8998}, ["spec.engine.port", "same port"]),

@@ -101,6 +101,10 @@ def valid_specs(draw: st.DrawFn, prefix: str = "fz") -> dict[str, Any]:
         speculative.update({"numSteps": steps, "numDraftTokens": steps + 1})
         if algorithm == "DFLASH" and draw(st.booleans()):
             speculative["blockSize"] = steps + 1
+        if algorithm == "DSPARK" and draw(st.booleans()):
+            speculative["blockSize"] = steps  # DSPARK verifies blockSize + 1 tokens
+        if algorithm in ("EAGLE", "EAGLE3") and draw(st.integers(0, 3)):
+            speculative["eagleTopk"] = draw(st.sampled_from([1, 1, 2]))
     backend = draw(st.sampled_from(["mooncake", "mooncake_tcp", "nixl"]))
     transfer: dict[str, Any] = {"backend": backend}
     if backend != "mooncake_tcp" and draw(st.booleans()):

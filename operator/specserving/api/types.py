@@ -235,6 +235,12 @@ class SpeculativeSpec:
                      "self.blockSize == self.numDraftTokens",
                 message="DFLASH needs numDraftTokens equal to blockSize (SGLang refuses to start otherwise)",
                 field_path=".numDraftTokens"),
+        # Measured in each release's ServerArgs (tests/decode_path/test_server_args.py): DSPARK verifies gamma + 1
+        # tokens, where gamma is --speculative-dspark-block-size.
+        CelRule(rule="self.algorithm != 'DSPARK' || !has(self.blockSize) || !has(self.numDraftTokens) || "
+                     "self.numDraftTokens == self.blockSize + 1",
+                message="DSPARK needs numDraftTokens equal to blockSize + 1 (SGLang refuses to start otherwise)",
+                field_path=".numDraftTokens"),
     )
 
     algorithm: str = field(
