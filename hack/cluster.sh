@@ -6,6 +6,8 @@
 #   up     start a kwokctl cluster (binary runtime, 127.0.0.1, RBAC on) with fake 8-GPU RDMA nodes
 #   down   stop and delete that cluster
 #   env    print the KUBECONFIG export for that cluster, and a PATH export putting its kubectl and helm first
+#   lws-up, lws-down  start the LeaderWorkerSet controller (hack/lws.sh) on that cluster / stop it and remove its
+#          CRDs and webhooks; `build` also builds it
 #
 # Settings (environment):
 #   SPECSERVING_CACHE         cache root (default $HOME/.cache/specserving)
@@ -16,6 +18,7 @@
 #   SPECSERVING_REAL_NODE     1 (default): `up` also starts the real node (hack/node.sh: containerd, kubelet,
 #                             kube-proxy, a bridge and the local registry; root only, one cluster per machine);
 #                             0: fake nodes only
+#   SPECSERVING_LWS           1: `up` also starts the LeaderWorkerSet controller (default 0)
 # See docs/control-plane.md.
 set -euo pipefail
 
@@ -36,6 +39,8 @@ KUBECONFIG_PATH=$CLUSTER_DIR/kubeconfig.yaml
 NODES=${SPECSERVING_NODES:-8}
 (( NODES <= 2048 )) || { echo "cluster.sh: error: SPECSERVING_NODES=$NODES: at most 2048 fake nodes (a /26 each in 198.18.0.0/15)" >&2; exit 2; }
 REAL_NODE=${SPECSERVING_REAL_NODE:-1}
+LWS=${SPECSERVING_LWS:-0}
+[[ $LWS == [01] ]] || { echo "cluster.sh: error: SPECSERVING_LWS must be 0 or 1, not '$LWS'" >&2; exit 2; }
 [[ $REAL_NODE == [01] ]] || { echo "cluster.sh: error: SPECSERVING_REAL_NODE must be 0 or 1, not '$REAL_NODE'" >&2; exit 2; }
 GATEWAY=10.88.0.1   # the real node's bridge address (hack/node.sh), where pods reach the API server
 BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy kwok kwokctl helm)
@@ -331,6 +336,7 @@ cmd_up() {
         log "starting the real node ($(elapsed "$t"))"
         bash "$HERE/node.sh" up "$CLUSTER_DIR" "$BIN" 8>&-
     fi
+    [[ $LWS == 1 ]] && cmd_lws_up
     log "KUBECONFIG=$KUBECONFIG_PATH"
     echo "$KUBECONFIG_PATH"
 }
@@ -344,9 +350,19 @@ cmd_down() {
     [[ -x $BIN/kwokctl ]] || die "$BIN/kwokctl is missing; cannot stop $CLUSTER_NAME cleanly (its pids: $CLUSTER_DIR/pids)"
     # The real node (if this cluster has one) goes first, while its pods can still be stopped.
     bash "$HERE/node.sh" down "$CLUSTER_DIR" "$BIN" 8>&-
+    KUBECTL_BIN=$BIN/kubectl bash "$HERE/lws.sh" stop "$CLUSTER_DIR" "$KUBECONFIG_PATH" 8>&-
     kwokctl delete cluster --kubeconfig "$KUBECONFIG_PATH"
     rm -f "$KWOK_WORKDIR/$CLUSTER_NAME.kwokctl.yaml"
     log "cluster $CLUSTER_NAME is stopped and deleted"
+}
+
+cmd_lws_up() {
+    apiserver_ready || die "cluster $CLUSTER_NAME is not up; start it first"
+    KUBECTL_BIN=$BIN/kubectl bash "$HERE/lws.sh" start "$CLUSTER_DIR" "$KUBECONFIG_PATH" 8>&-
+}
+
+cmd_lws_down() {  # the manager, its webhooks and its CRDs (so every LeaderWorkerSet) go
+    KUBECTL_BIN=$BIN/kubectl bash "$HERE/lws.sh" stop "$CLUSTER_DIR" "$KUBECONFIG_PATH" --uninstall 8>&-
 }
 
 cmd_env() {
@@ -357,9 +373,11 @@ cmd_env() {
 }
 
 case "${1:-}" in
-    build) cmd_build ;;
+    build) cmd_build; bash "$HERE/lws.sh" build ;;
     up) cmd_up ;;
     down) cmd_down ;;
     env) cmd_env ;;
-    *) echo "usage: $0 build|up|down|env" >&2; exit 2 ;;
+    lws-up) cmd_lws_up ;;
+    lws-down) cmd_lws_down ;;
+    *) echo "usage: $0 build|up|down|env|lws-up|lws-down" >&2; exit 2 ;;
 esac
