@@ -89,6 +89,39 @@ def test_partly_ready_is_progressing_with_counts() -> None:
     assert cond(s, "Progressing")["message"] == "decode: 2 of 2 replicas updated, 1 ready"
 
 
+def leaderworkerset(name: str, groups: int, ready: int, size: int = 2) -> dict[str, Any]:
+    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": name, "generation": 1},
+            "spec": {"replicas": groups, "leaderWorkerTemplate": {"size": size}},
+            "status": {"observedGeneration": 1, "replicas": groups, "readyReplicas": ready, "updatedReplicas": groups}}
+
+
+def test_a_pool_spanning_nodes_counts_groups_and_pods() -> None:
+    # Group 1 has one of its two pods Ready (its worker is being recreated): the group is not ready.
+    pods = [pod("sv-decode-0", "decode"), pod("sv-decode-0-1", "decode"), pod("sv-decode-1", "decode"),
+            pod("sv-decode-1-1", "decode", ready=False)]
+    s = compute(observe({"decode": leaderworkerset("sv-decode", 2, 1)}, pods=pods), T0)
+    assert s["decode"]["readySummary"] == "1/2 groups (3/4 pods)"
+    assert (s["decode"]["groupSize"], s["decode"]["readyPods"]) == (2, 3)
+    assert cond(s, "DecodeReady")["message"] == "1 of 2 decode groups of 2 pods ready (LeaderWorkerSet sv-decode)"
+    assert s["phase"] == "Progressing"
+    assert "groupSize" not in s["prefill"] and s["prefill"]["readySummary"] == "1/1"
+
+
+def test_a_group_that_cannot_be_placed_whole_is_named() -> None:
+    leader = pod("sv-decode-2", "decode")
+    worker = pod("sv-decode-2-1", "decode", ready=False, phase="Pending")
+    worker["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                       "message": "0/8 nodes are available: 8 Insufficient nvidia.com/gpu."}]
+    for p, group in ((leader, "2"), (worker, "2")):
+        p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-index"] = group
+    s = compute(observe({"decode": leaderworkerset("sv-decode", 3, 2)}, pods=[leader, worker],
+                        desired={**DESIRED, "decode": 3}), T0)
+    assert cond(s, "DecodeReady")["message"] == (
+        "2 of 3 decode groups of 2 pods ready (group 2 cannot be placed whole (pod sv-decode-2-1: 0/8 nodes are "
+        "available: 8 Insufficient nvidia.com/gpu.))")
+
+
 def test_nothing_created_yet_is_pending() -> None:
     s = compute(observe({"prefill": None, "decode": None, "router": None}), T0)
     assert s["phase"] == "Pending"

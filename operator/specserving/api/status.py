@@ -35,8 +35,13 @@ class PoolStatus:
                                          minimum=0)
     desired_replicas: int | None = field("desiredReplicas is spec's replica count as last reconciled.",
                                          minimum=0)
-    ready_summary: str | None = field("readySummary is readyReplicas/desiredReplicas, for kubectl get.",
-                                      max_length=32)
+    ready_summary: str | None = field("readySummary is readyReplicas/desiredReplicas, for kubectl get; for a pool "
+                                      "whose replicas span nodes, \"2/2 groups (4/4 pods)\".", max_length=64)
+    group_size: int | None = field("groupSize is the number of pods (one per node) in each replica of a pool that "
+                                   "spans nodes (a LeaderWorkerSet group); absent for one pod per replica.",
+                                   minimum=1)
+    ready_pods: int | None = field("readyPods is the number of Ready pods of the pool's groups; only with "
+                                   "groupSize. A group is ready only when all its pods are.", minimum=0)
     selector: str | None = field("selector is the label selector of the pool's pods, as a string; the scale "
                                  "subresource and HPAs read it.", max_length=1024)
 

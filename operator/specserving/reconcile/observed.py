@@ -58,6 +58,8 @@ class Workload:
     # template carries (what the router's pods pair).
     revision: str = ""
     template_revision: str = ""
+    # Pods per replica: a LeaderWorkerSet's group size, 1 for a Deployment.
+    group_size: int = 1
 
     @property
     def current(self) -> bool:
@@ -101,6 +103,7 @@ def workload_of(body: dict[str, Any]) -> Workload:
         role=labels.get(L.ROLE, ""),
         revision=labels.get(L.REVISION, ""),
         template_revision=template_labels.get(L.REVISION, ""),
+        group_size=int((spec.get("leaderWorkerTemplate") or {}).get("size", 1)),
     )
 
 
@@ -193,6 +196,8 @@ class Pod:
     containers: tuple[ContainerState, ...] = ()
     # The scheduler's message while the pod cannot be placed (PodScheduled False, Unschedulable).
     unschedulable: str | None = None
+    # The LeaderWorkerSet group the pod belongs to (None for a Deployment's pod).
+    group: str | None = None
 
 
 def pod_of(body: dict[str, Any]) -> Pod:
@@ -218,4 +223,5 @@ def pod_of(body: dict[str, Any]) -> Pod:
         unschedulable=next((c.get("message") or "unschedulable" for c in status.get("conditions") or []
                             if c.get("type") == "PodScheduled" and c.get("status") == "False"
                             and c.get("reason") == "Unschedulable"), None),
+        group=labels.get(L.LWS_GROUP_INDEX),
     )

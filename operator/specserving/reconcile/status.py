@@ -78,7 +78,8 @@ class Observation:
     rollout: RolloutView | None = None
 
 
-def _pool_status(name: str, role: str, desired: int | None, w: Workload | None) -> dict[str, Any]:
+def _pool_status(name: str, role: str, desired: int | None, w: Workload | None,
+                 pods: Iterable[Pod] = ()) -> dict[str, Any]:
     ready = w.ready if w else 0
     status: dict[str, Any] = {
         "replicas": w.replicas if w else 0,
@@ -89,7 +90,28 @@ def _pool_status(name: str, role: str, desired: int | None, w: Workload | None) 
     if desired is not None:
         status["desiredReplicas"] = desired
         status["readySummary"] = f"{ready}/{desired}"
+    if w is not None and w.group_size > 1:
+        # A group serves only when every pod of it is Ready; the pod count shows how far a group has come.
+        ready_pods = sum(1 for p in pods if p.role == role and p.revision == w.revision and p.ready
+                         and not p.deleting)
+        status.update(groupSize=w.group_size, readyPods=ready_pods)
+        if desired is not None:
+            status["readySummary"] = f"{ready}/{desired} groups ({ready_pods}/{desired * w.group_size} pods)"
     return status
+
+
+def _unplaced_groups(o: Observation, role: str, w: Workload) -> list[str]:
+    """Groups the scheduler cannot place whole: a group runs only with all its pods, so one Pending pod keeps the
+    rest of its group (placed, holding nodes) from serving."""
+    stuck: dict[str, str] = {}
+    for p in o.pods:
+        if p.role == role and p.revision == w.revision and p.unschedulable and not p.deleting and p.group:
+            stuck.setdefault(p.group, f"pod {p.name}: {p.unschedulable}")
+    if not stuck:
+        return []
+    groups = sorted(stuck, key=lambda g: (len(g), g))
+    return [f"{'group' if len(groups) == 1 else 'groups'} {', '.join(groups)} cannot be placed whole "
+            f"({stuck[groups[0]]})"]
 
 
 def _settled(w: Workload | None, desired: int) -> bool:
@@ -116,7 +138,8 @@ def _pool_condition(o: Observation, role: str, gen: int) -> dict[str, Any]:
                            f"0 of {desired} {role} replicas ready: the workload {wname} does not exist yet", gen)
     if desired == 0 and w.replicas == 0:
         return C.condition(ctype, C.TRUE, R.SCALED_TO_ZERO, f"the {role} pool is scaled to 0 replicas", gen)
-    counted = f"{w.ready} of {desired} {role} replicas ready"
+    unit = f"groups of {w.group_size} pods" if w.group_size > 1 else "replicas"
+    counted = f"{w.ready} of {desired} {role} {unit} ready"
     if w.current and w.spec_replicas == desired and w.updated >= desired and w.ready >= desired:
         return C.condition(ctype, C.TRUE, R.REPLICAS_READY, f"{counted} ({w.kind} {w.name})", gen)
     details = []
@@ -126,6 +149,8 @@ def _pool_condition(o: Observation, role: str, gen: int) -> dict[str, Any]:
         details.append(f"{w.kind} {w.name} is set to {w.spec_replicas} replicas")
     elif w.updated < desired:
         details.append(f"{w.updated} of {desired} on the current template")
+    if w.group_size > 1:
+        details += _unplaced_groups(o, role, w)
     return C.condition(ctype, C.FALSE, R.REPLICAS_NOT_READY,
                        counted + (f" ({'; '.join(details)})" if details else f" ({w.kind} {w.name})"), gen)
 
@@ -263,9 +288,10 @@ def compute(o: Observation, now: str) -> dict[str, Any]:
     if endpoint:
         status["endpoint"] = endpoint
     status["conditions"] = merged
+    pods = tuple(o.pods)
     for role in POOLS:
         status[role] = _pool_status(o.name, role, o.desired[role] if o.desired is not None else None,
-                                    o.workloads.get(role))
+                                    o.workloads.get(role), pods)
     if o.image:
         status["image"] = o.image
     if o.rollout is not None:

@@ -9,6 +9,7 @@ REVISION = "specserving.io/revision"
 BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
 MULTUS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 FIELD_MANAGER = "specserving-operator"
 
 # The role label's values, re-exported: rendering code says L.PREFILL.
