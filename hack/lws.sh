@@ -66,16 +66,16 @@ certs() {  # dir
         -extfile "$1/ext.cnf" -out "$1/tls.crt" 2>/dev/null
 }
 
-webhook() {  # kind-of-webhook name path group resources operations [pods-only]
+webhook() {  # name path group resources operations [pods-only]
     cat <<EOF
-- name: $2
+- name: $1
   admissionReviewVersions: [v1]
-  clientConfig: {url: "$URL$3", caBundle: $CA}
+  clientConfig: {url: "$URL$2", caBundle: $CA}
   failurePolicy: Fail
   sideEffects: None
-  rules: [{apiGroups: ["$4"], apiVersions: [v1], operations: [$6], resources: [$5]}]
+  rules: [{apiGroups: ["$3"], apiVersions: [v1], operations: [$5], resources: [$4]}]
 EOF
-    [[ ${7:-} == pods-only ]] && echo "  objectSelector: {matchExpressions: [{key: leaderworkerset.sigs.k8s.io/name, operator: Exists}]}"
+    [[ ${6:-} == pods-only ]] && echo "  objectSelector: {matchExpressions: [{key: leaderworkerset.sigs.k8s.io/name, operator: Exists}]}"
     return 0
 }
 
@@ -85,16 +85,16 @@ apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingWebhookConfiguration
 metadata: {name: $MWC}
 webhooks:
-$(webhook m mleaderworkerset.kb.io /mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset leaderworkerset.x-k8s.io leaderworkersets "CREATE, UPDATE")
-$(webhook m mpod.kb.io /mutate--v1-pod "" pods CREATE pods-only)
+$(webhook mleaderworkerset.kb.io /mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset leaderworkerset.x-k8s.io leaderworkersets "CREATE, UPDATE")
+$(webhook mpod.kb.io /mutate--v1-pod "" pods CREATE pods-only)
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingWebhookConfiguration
 metadata: {name: $VWC}
 webhooks:
-$(webhook v vleaderworkerset.kb.io /validate-leaderworkerset-x-k8s-io-v1-leaderworkerset leaderworkerset.x-k8s.io leaderworkersets "CREATE, UPDATE")
-$(webhook v vpod.kb.io /validate--v1-pod "" pods "CREATE, UPDATE" pods-only)
-$(webhook v vdisaggregatedset.kb.io /validate-disaggregatedset-x-k8s-io-v1-disaggregatedset disaggregatedset.x-k8s.io disaggregatedsets "CREATE, UPDATE")
+$(webhook vleaderworkerset.kb.io /validate-leaderworkerset-x-k8s-io-v1-leaderworkerset leaderworkerset.x-k8s.io leaderworkersets "CREATE, UPDATE")
+$(webhook vpod.kb.io /validate--v1-pod "" pods "CREATE, UPDATE" pods-only)
+$(webhook vdisaggregatedset.kb.io /validate-disaggregatedset-x-k8s-io-v1-disaggregatedset disaggregatedset.x-k8s.io disaggregatedsets "CREATE, UPDATE")
 EOF
 }
 

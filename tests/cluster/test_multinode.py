@@ -2,11 +2,11 @@
 by `hack/cluster.sh lws-up` with its CRDs and admission webhooks; `lws-down` removes all three when the module
 ends, so the rest of the tier sees a cluster without LWS, as test_operator's DependencyMissing test needs).
 
-The seed at TP16/DP16 over two nodes per replica, for both pools: the operator's LeaderWorkerSets are admitted
-and defaulted by LWS's own webhook, its controller makes the groups, the pods land one per fake GPU node, LWS's
-pod webhook injects the leader address and worker index, and each pod's arguments, expanded from the env on the
-pod object as the kubelet would, pass SGLang's start-up checks in the release's own interpreter. The router's
-selectors pick the leaders only."""
+examples/dspark-pd-tp16-2node.yaml (the seed at TP16/DP16 over two nodes per replica, for both pools): the
+operator's LeaderWorkerSets are admitted and defaulted by LWS's own webhook, its controller makes the groups, the
+pods land one per fake GPU node, LWS's pod webhook injects the leader address and worker index, and each pod's
+arguments, expanded from the env on the pod object as the kubelet would, pass SGLang's start-up checks in the
+release's own interpreter. The router's selectors pick the leaders only."""
 
 from __future__ import annotations
 
@@ -21,19 +21,31 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from .kube import REPO, Cluster, wait_for
-from .operating import (NAME, READY_TIMEOUT, RESYNC_SECONDS, Operator, children, crd, operator, pods, ready,
-                        seed, sps)
+from .operating import NAME, READY_TIMEOUT, RESYNC_SECONDS, Operator, children, crd, operator, pods, ready, sps
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 __all__ = ["crd", "operator"]  # fixtures, used by name
 
-MULTINODE = {"spec.engine.tp": 16, "spec.engine.dp": 16, "spec.prefill.nodesPerReplica": 2,
-             "spec.decode.nodesPerReplica": 2}
+EXAMPLE = REPO / "examples" / "dspark-pd-tp16-2node.yaml"
 RENDEZVOUS_PORT = 20000
 LWS_LABEL = "leaderworkerset.sigs.k8s.io"
 SERVER_ARGS_CHECK = REPO / "tests" / "decode_path" / "server_args_check.py"
+
+
+def multinode(**changes: Any) -> dict[str, Any]:
+    """examples/dspark-pd-tp16-2node.yaml, named as the seed (the helpers look pods up by that name)."""
+    obj: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    obj["metadata"]["name"] = NAME
+    for path, value in changes.items():
+        *parents, leaf = path.split(".")
+        node = obj
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    return obj
 
 
 def _cluster_sh(cluster: Cluster, command: str) -> subprocess.CompletedProcess[str]:
@@ -90,7 +102,7 @@ def _sglang_start_up_checks(version: str, cases: list[dict[str, Any]]) -> dict[s
 def test_multinode_groups_on_the_real_lws_controller(cluster: Cluster, namespace: str, lws: None,
                                                      operator: Operator) -> None:
     ns = namespace
-    obj = seed(**MULTINODE)
+    obj = multinode()
     started = time.monotonic()
     cluster.apply(obj, namespace=ns)
     wait_for(lambda: ready(cluster, ns), READY_TIMEOUT, "Ready with multi-node groups")
@@ -170,7 +182,7 @@ def _summary(cluster: Cluster, ns: str, role: str) -> str:
 def test_group_recreation_scale_by_group_and_no_idle_writes(cluster: Cluster, namespace: str, lws: None,
                                                             operator: Operator) -> None:
     ns = namespace
-    cluster.apply(seed(**MULTINODE), namespace=ns)
+    cluster.apply(multinode(), namespace=ns)
     wait_for(lambda: ready(cluster, ns), READY_TIMEOUT, "Ready with multi-node groups")
     wait_for(lambda: _summary(cluster, ns, "decode") == "2/2 groups (4/4 pods)", 30,
              f"decode status 2/2 groups (4/4 pods), not {_summary(cluster, ns, 'decode')}")
@@ -216,7 +228,7 @@ def test_a_group_that_does_not_fit_is_named_in_status(cluster: Cluster, namespac
     ns = namespace
     nodes = len(cluster.list("nodes", None, "type=kwok"))
     groups = nodes // 2 + 2  # the prefill group takes two nodes as well: at least two decode groups cannot fit
-    cluster.apply(seed(**MULTINODE, **{"spec.decode.replicas": groups}), namespace=ns)
+    cluster.apply(multinode(**{"spec.decode.replicas": groups}), namespace=ns)
 
     def named() -> dict[str, Any] | None:
         status = sps(cluster, ns).get("status", {})

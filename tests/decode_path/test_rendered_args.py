@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from .conftest import ROOT, VERSIONS, Run, Runner, router_dir, router_pins, router_run, runs_for, script_run
+from .server_args_check import expand
 
 pytestmark = pytest.mark.decode_path
 
@@ -33,10 +34,16 @@ def _containers(example: Path) -> list[tuple[str, str | None, dict[str, Any]]]:
         version = base_image(spec_of(obj)).sglang_version
         for manifest in render(spec_of(obj), obj["metadata"]):
             role = manifest["metadata"].get("labels", {}).get("specserving.io/role")
-            if manifest["kind"] != "Deployment" or role not in ("prefill", "decode", "router"):
+            if manifest["kind"] not in ("Deployment", "LeaderWorkerSet") or role not in ("prefill", "decode", "router"):
                 continue
-            for container in manifest["spec"]["template"]["spec"]["containers"]:
-                found.append((role, version, container))
+            if manifest["kind"] == "Deployment":
+                templates = [manifest["spec"]["template"]]
+            else:  # a pool spanning nodes: the leader's and the workers' pods
+                group = manifest["spec"]["leaderWorkerTemplate"]
+                templates = [t for t in (group.get("leaderTemplate"), group["workerTemplate"]) if t]
+            for template in templates:
+                for container in template["spec"]["containers"]:
+                    found.append((role, version, container))
     return found
 
 
@@ -53,7 +60,7 @@ for args in ARGS:
             parser.parse_args(args)
         results.append(None)
     except SystemExit:
-        results.append(err.getvalue().strip())
+        results.append(err.getvalue().strip().splitlines()[-1])
 print(json.dumps(results))
 """
 
@@ -81,7 +88,10 @@ def _server_runs(example: Path) -> list[tuple[str, list[str], Run]]:
     by_version: dict[str, list[tuple[str, list[str]]]] = {}
     for role, version, container in _containers(example):
         if role in ("prefill", "decode"):
-            by_version.setdefault(str(version), []).append((role, container["args"]))
+            # A multi-node pod's $(LWS_...) references, expanded as the kubelet would (stand-in values).
+            args = expand(container["args"], {e["name"]: e["value"] for e in container.get("env", [])
+                                              if isinstance(e.get("value"), str)})
+            by_version.setdefault(str(version), []).append((role, args))
     return [
         (version, [role for role, _ in items],
          script_run(version, PARSE_SERVER.replace("ARGS", json.dumps([args for _, args in items]))))
