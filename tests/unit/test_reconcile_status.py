@@ -91,15 +91,24 @@ def test_partly_ready_is_progressing_with_counts() -> None:
 
 def leaderworkerset(name: str, groups: int, ready: int, size: int = 2) -> dict[str, Any]:
     return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-            "metadata": {"name": name, "generation": 1},
+            "metadata": {"name": name, "generation": 1, "labels": {"specserving.io/role": "decode"}},
             "spec": {"replicas": groups, "leaderWorkerTemplate": {"size": size}},
             "status": {"observedGeneration": 1, "replicas": groups, "readyReplicas": ready, "updatedReplicas": groups}}
 
 
+def group_pods(group: int, *ready: bool) -> list[dict[str, Any]]:
+    """One LeaderWorkerSet group's pods, leader first, Ready as given."""
+    out = []
+    for worker, is_ready in enumerate(ready):
+        p = pod(f"sv-decode-{group}" + (f"-{worker}" if worker else ""), "decode", ready=is_ready)
+        p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-index"] = str(group)
+        out.append(p)
+    return out
+
+
 def test_a_pool_spanning_nodes_counts_groups_and_pods() -> None:
     # Group 1 has one of its two pods Ready (its worker is being recreated): the group is not ready.
-    pods = [pod("sv-decode-0", "decode"), pod("sv-decode-0-1", "decode"), pod("sv-decode-1", "decode"),
-            pod("sv-decode-1-1", "decode", ready=False)]
+    pods = group_pods(0, True, True) + group_pods(1, True, False)
     s = compute(observe({"decode": leaderworkerset("sv-decode", 2, 1)}, pods=pods), T0)
     assert s["decode"]["readySummary"] == "1/2 groups (3/4 pods)"
     assert (s["decode"]["groupSize"], s["decode"]["readyPods"]) == (2, 3)
@@ -108,14 +117,37 @@ def test_a_pool_spanning_nodes_counts_groups_and_pods() -> None:
     assert "groupSize" not in s["prefill"] and s["prefill"]["readySummary"] == "1/1"
 
 
+def test_a_group_whose_pod_went_is_not_ready_before_leaderworkerset_says_so() -> None:
+    # Measured on the real node: LWS still reported readyReplicas 2 while group 0's worker was gone. The pods
+    # decide: a group counts as ready only when all its pods are Ready (and not being deleted).
+    lagging = leaderworkerset("sv-decode", 2, 2)
+    s = compute(observe({"decode": lagging}, pods=group_pods(0, True) + group_pods(1, True, True)), T0)
+    assert s["decode"]["readySummary"] == "1/2 groups (3/4 pods)"
+    assert s["decode"]["readyReplicas"] == 1
+    assert cond(s, "DecodeReady")["status"] == "False"
+    assert cond(s, "DecodeReady")["message"].startswith("1 of 2 decode groups of 2 pods ready")
+    assert s["phase"] != "Ready"
+    deleting = group_pods(0, True, True) + group_pods(1, True, True)
+    deleting[0]["metadata"]["deletionTimestamp"] = T0
+    assert compute(observe({"decode": lagging}, pods=deleting), T0)["decode"]["readySummary"] == (
+        "1/2 groups (3/4 pods)")
+    # The pods never raise the count above what LWS reports (its readyReplicas may be the one that is behind).
+    assert compute(observe({"decode": leaderworkerset("sv-decode", 2, 1)},
+                           pods=group_pods(0, True, True) + group_pods(1, True, True)),
+                   T0)["decode"]["readySummary"] == "1/2 groups (4/4 pods)"
+    assert compute(observe({"decode": lagging}, pods=group_pods(0, True, True) + group_pods(1, True, True)),
+                   T0)["decode"]["readySummary"] == "2/2 groups (4/4 pods)"
+
+
 def test_a_group_that_cannot_be_placed_whole_is_named() -> None:
     leader = pod("sv-decode-2", "decode")
     worker = pod("sv-decode-2-1", "decode", ready=False, phase="Pending")
+    placed = group_pods(0, True, True) + group_pods(1, True, True)
     worker["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                        "message": "0/8 nodes are available: 8 Insufficient nvidia.com/gpu."}]
     for p, group in ((leader, "2"), (worker, "2")):
         p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-index"] = group
-    s = compute(observe({"decode": leaderworkerset("sv-decode", 3, 2)}, pods=[leader, worker],
+    s = compute(observe({"decode": leaderworkerset("sv-decode", 3, 2)}, pods=[*placed, leader, worker],
                         desired={**DESIRED, "decode": 3}), T0)
     assert cond(s, "DecodeReady")["message"] == (
         "2 of 3 decode groups of 2 pods ready (group 2 cannot be placed whole (pod sv-decode-2-1: 0/8 nodes are "

@@ -6,8 +6,9 @@ a JSON merge patch, or None when nothing changed, so an idle resync writes nothi
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specserving.api.naming import child_name
@@ -98,6 +99,18 @@ def _pool_status(name: str, role: str, desired: int | None, w: Workload | None,
         if desired is not None:
             status["readySummary"] = f"{ready}/{desired} groups ({ready_pods}/{desired * w.group_size} pods)"
     return status
+
+
+def whole_groups(w: Workload | None, pods: Iterable[Pod]) -> Workload | None:
+    """`w` with a LeaderWorkerSet's ready groups capped by what its pods say. LWS updates readyReplicas in its own
+    reconcile, after the pods change: measured on the real node, a group whose worker had just been deleted was
+    still counted ready ("2/2 groups (2/4 pods)"). A group is ready only when all its pods are."""
+    if w is None or w.group_size <= 1:
+        return w
+    ready_pods = Counter(p.group for p in pods if p.role == w.role and p.revision == w.revision and p.ready
+                         and not p.deleting and p.group is not None)
+    whole = sum(1 for n in ready_pods.values() if n >= w.group_size)
+    return replace(w, ready=whole) if whole < w.ready else w
 
 
 def _unplaced_groups(o: Observation, role: str, w: Workload) -> list[str]:
@@ -274,6 +287,8 @@ def _phase(o: Observation, by_type: dict[str, dict[str, Any]]) -> str:
 def compute(o: Observation, now: str) -> dict[str, Any]:
     """The complete status for observation `o`; lastTransitionTime comes from o.old where status is unchanged."""
     gen = o.generation
+    pods = tuple(o.pods)
+    o = replace(o, pods=pods, workloads={role: whole_groups(w, pods) for role, w in o.workloads.items()})
     endpoint = None
     if o.outcome.admitted and o.router_port:
         endpoint = f"http://{child_name(o.name, L.ROUTER)}.{o.namespace}.svc:{o.router_port}"
@@ -288,7 +303,6 @@ def compute(o: Observation, now: str) -> dict[str, Any]:
     if endpoint:
         status["endpoint"] = endpoint
     status["conditions"] = merged
-    pods = tuple(o.pods)
     for role in POOLS:
         status[role] = _pool_status(o.name, role, o.desired[role] if o.desired is not None else None,
                                     o.workloads.get(role), pods)
