@@ -25,9 +25,10 @@ import yaml
 
 from .kube import REPO, Cluster, wait_for
 from .operating import NAME, READY_TIMEOUT, RESYNC_SECONDS, Operator, children, crd, operator, pods, ready, sps
+from .realnode import ENGINE_PORT, START_TIMEOUT, engine_image, fake_devices, on_real_node, router_image, workers
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
-__all__ = ["crd", "operator"]  # fixtures, used by name
+__all__ = ["crd", "engine_image", "fake_devices", "operator", "router_image"]  # fixtures, used by name
 
 EXAMPLE = REPO / "examples" / "dspark-pd-tp16-2node.yaml"
 RENDEZVOUS_PORT = 20000
@@ -247,3 +248,111 @@ def test_a_group_that_does_not_fit_is_named_in_status(cluster: Cluster, namespac
                      f"{status['decode']['readySummary']}, {len(placed)} decode pods placed; {decode['message']}\n")
     cluster.kubectl("scale", "specserving", NAME, "-n", ns, "--replicas=1")
     wait_for(lambda: ready(cluster, ns), 60, "Ready once the pool fits")
+
+
+def _leader_urls(cluster: Cluster, ns: str) -> set[str]:
+    """The engine URLs of both pools' leaders (worker index 0) that are not being deleted."""
+    return {f"http://{p['status']['podIP']}:{ENGINE_PORT}" for role in ("prefill", "decode")
+            for p in pods(cluster, ns, role)
+            if p["metadata"]["labels"].get(f"{LWS_LABEL}/worker-index") == "0" and p.get("status", {}).get("podIP")
+            and not p["metadata"].get("deletionTimestamp")}
+
+
+def _decode_pod(cluster: Cluster, ns: str, group: str, worker: str) -> dict[str, Any]:
+    return next(p for p in pods(cluster, ns, "decode")
+                if p["metadata"]["labels"].get(f"{LWS_LABEL}/group-index") == group
+                and p["metadata"]["labels"].get(f"{LWS_LABEL}/worker-index") == worker)
+
+
+def _decode_condition(cluster: Cluster, ns: str) -> dict[str, Any]:
+    return next((c for c in sps(cluster, ns).get("status", {}).get("conditions", []) if c["type"] == "DecodeReady"),
+                {})
+
+
+def test_groups_on_the_real_node_register_leaders_and_drain_before_their_workers_stop(
+        cluster: Cluster, namespace: str, lws: None, operator: Operator, engine_image: str, router_image: str,
+        fake_devices: None) -> None:
+    """The same example with its groups on the real node (the kubelet runs them: the leader's preStop drain, the
+    readiness probes, the terminations), the stand-in engine in each pod and the real sglang-router in front:
+
+    - the router registers exactly the leaders (its own GET /workers), never a worker;
+    - a worker killed: its group is recreated and status counts it as not ready meanwhile, the router follows the
+      new leader;
+    - `kubectl scale` down by one group: the removed group's leader is deregistered at once and drains (its preStop)
+      while its worker keeps running; the worker stops only after the leader is gone (the garbage collector removes
+      the worker StatefulSet once its owner, the leader pod, is gone), so a TP16 group can finish what it runs."""
+    ns = namespace
+    started = time.monotonic()
+    cluster.apply(on_real_node(multinode(), engine_image, router_image, "sglang-router"), namespace=ns)
+    wait_for(lambda: ready(cluster, ns) and _summary(cluster, ns, "decode") == "2/2 groups (4/4 pods)",
+             START_TIMEOUT, "Ready with 2/2 decode groups on the real node")
+    ready_seconds = time.monotonic() - started
+    router_ip = next(p["status"]["podIP"] for p in pods(cluster, ns, "router"))
+    wait_for(lambda: set(workers(router_ip) or {}) == _leader_urls(cluster, ns), 60,
+             f"sglang-router to register exactly the leaders {sorted(_leader_urls(cluster, ns))}, "
+             f"not {sorted(workers(router_ip) or {})}", interval=0.5)
+    registered = workers(router_ip) or {}
+    assert len(registered) == 3, registered  # 1 prefill + 2 decode groups: one leader each
+    assert {w["worker_type"] for w in registered.values()} == {"prefill", "decode"}, registered
+
+    # A worker killed: the whole group is recreated, and status says so while it happens.
+    before = _group_pods(cluster, ns, "decode")
+    worker = _decode_pod(cluster, ns, "0", "1")["metadata"]["name"]
+    cluster.kubectl("delete", "pod", worker, "-n", ns, "--wait=false")
+    killed = time.monotonic()
+    summaries: dict[str, str] = {}
+
+    def recovered() -> bool:
+        summary = _summary(cluster, ns, "decode")
+        if summary != "2/2 groups (4/4 pods)":
+            summaries.setdefault(summary, str(_decode_condition(cluster, ns).get("message")))
+        now = _group_pods(cluster, ns, "decode")
+        return (summary == "2/2 groups (4/4 pods)" and len(now.get("0", {})) == 2
+                and not set(now["0"].values()) & set(before["0"].values()) and bool(ready(cluster, ns)))
+
+    wait_for(recovered, START_TIMEOUT, f"decode group 0 recreated and Ready after deleting its worker {worker}",
+             interval=0.3)
+    recreate_seconds = time.monotonic() - killed
+    assert any(s.startswith("1/2 groups") for s in summaries), f"status never showed the group down: {summaries}"
+    assert any("1 of 2 decode groups" in m for m in summaries.values()), summaries
+    assert _group_pods(cluster, ns, "decode")["1"] == before["1"], "the other group was touched"
+    wait_for(lambda: set(workers(router_ip) or {}) == _leader_urls(cluster, ns), 60,
+             "sglang-router to follow the recreated group's new leader", interval=0.5)
+
+    # Scale down by one group: LWS removes group 1. Its leader goes first and drains; its worker outlives it.
+    leader, worker = _decode_pod(cluster, ns, "1", "0"), _decode_pod(cluster, ns, "1", "1")
+    leader_name, worker_name = leader["metadata"]["name"], worker["metadata"]["name"]
+    leader_url = f"http://{leader['status']['podIP']}:{ENGINE_PORT}"
+    cluster.kubectl("scale", "specserving", NAME, "-n", ns, "--replicas=1")
+    scaled = time.monotonic()
+    seen: dict[str, float] = {}
+    leader_last_seen = worker_last_running = 0.0
+    while time.monotonic() - scaled < 120 and "worker gone" not in seen:
+        leader_pod, worker_pod, registered_now = (cluster.get("pod", leader_name, ns),
+                                                  cluster.get("pod", worker_name, ns), workers(router_ip))
+        now = time.monotonic() - scaled
+        if leader_pod is None:
+            seen.setdefault("leader gone", now)
+        else:
+            leader_last_seen = now
+            if leader_pod["metadata"].get("deletionTimestamp"):
+                seen.setdefault("leader deleting", now)
+        if registered_now is not None and leader_url not in registered_now:
+            seen.setdefault("leader deregistered", now)
+        if worker_pod is None:
+            seen.setdefault("worker gone", now)
+        elif worker_pod["metadata"].get("deletionTimestamp"):
+            seen.setdefault("worker stopping", now)
+        else:
+            worker_last_running = now
+        time.sleep(0.2)
+    timeline = ", ".join(f"{k} {v:.1f}s" for k, v in sorted(seen.items(), key=lambda kv: kv[1]))
+    assert {"leader deleting", "leader deregistered", "leader gone", "worker gone"} <= set(seen), timeline
+    assert seen["leader deregistered"] < seen["leader gone"], f"the leader was not deregistered first: {timeline}"
+    assert worker_last_running >= leader_last_seen, f"the worker stopped before its leader was gone: {timeline}"
+    assert leader_last_seen - seen["leader deleting"] >= 10, f"the leader did not drain (preStop): {timeline}"
+    wait_for(lambda: ready(cluster, ns) and _summary(cluster, ns, "decode") == "1/1 groups (2/2 pods)", 60,
+             "Ready with one decode group")
+    assert set(workers(router_ip) or {}) == _leader_urls(cluster, ns)
+    sys.stderr.write(f"\nmulti-node on the real node: Ready in {ready_seconds:.1f}s; group recreated and Ready in "
+                     f"{recreate_seconds:.1f}s (status meanwhile: {summaries}); scale 2 -> 1 group: {timeline}\n")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import calendar
 import threading
-import json
 import time
 import urllib.error
 import urllib.request
@@ -37,66 +36,24 @@ import pytest
 
 from .kube import Cluster, condition, wait_for
 from .operating import Operator, cond_is, crd, ready, seed
-from .registry import local_image
+from .realnode import (ENGINE_PORT, PLACEMENT, START_TIMEOUT, engine_image, fake_devices, http, on_real_node,
+                       router_image, workers)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1800)]
-__all__ = ["crd"]  # fixture, used by name
+__all__ = ["crd", "engine_image", "fake_devices", "router_image"]  # fixtures, used by name
 
-NODE_LABEL = "specserving.io/real-node"
-PLACEMENT = {"nodeSelector": {NODE_LABEL: "true"},
-             "tolerations": [{"key": NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}]}
-# What each stand-in pod asks for: the rendered 8 GPUs and 8 RDMA devices of one TP8 pod.
-FAKE_DEVICES = {"nvidia.com/gpu": "64", "rdma/ib": "64"}
-ENGINE_PORT = 30000
 BOOTSTRAP_PORT = 8998
 DP = 8
-START_TIMEOUT = 600  # cold: the first pull of both stand-in images from the local registry
 POLL = 0.2
-
-
-@pytest.fixture(scope="module")
-def engine_image(cluster: Cluster, real_node: str) -> str:
-    return local_image(cluster, "stand-in-engine")
-
-
-@pytest.fixture(scope="module")
-def router_image(cluster: Cluster, real_node: str) -> str:
-    return local_image(cluster, "stand-in-router")
-
-
-@pytest.fixture(scope="module")
-def fake_devices(cluster: Cluster, real_node: str) -> Iterator[None]:
-    """Advertise GPUs and RDMA devices on the real node as extended resources (the kubelet keeps capacity it does
-    not manage), so the rendered pods, which request them, schedule there; taken away afterwards."""
-    cluster.kubectl("patch", "node", real_node, "--subresource=status", "--type=merge",
-                    "-p", json.dumps({"status": {"capacity": FAKE_DEVICES}}))
-    wait_for(lambda: all((cluster.get("node", real_node) or {}).get("status", {}).get("allocatable", {}).get(k) == v
-                         for k, v in FAKE_DEVICES.items()), 60, "the real node to advertise the fake devices")
-    try:
-        yield
-    finally:
-        ops = [{"op": "remove", "path": f"/status/capacity/{k.replace('/', '~1')}"} for k in FAKE_DEVICES]
-        cluster.kubectl("patch", "node", real_node, "--subresource=status", "--type=json", "-p", json.dumps(ops),
-                        check=False)
 
 
 def real_spec(name: str, engine_image: str, router_image: str, implementation: str, *, prefill: int, decode: int,
               routers: int = 1) -> dict[str, Any]:
-    """The seed (DSPARK, TP8/DP8, DP attention) on SGLang 0.5.17's decode path, its pools and router placed on the
-    real node, its pods on the pod network (Multus mode: no host ports, so several fit on one node)."""
+    """The seed (DSPARK, TP8/DP8, DP attention) on the real node (realnode.on_real_node)."""
     obj = seed()
     obj["metadata"]["name"] = name
-    spec = obj["spec"]
-    spec["model"] = {"path": "/models/stand-in"}
-    spec["image"] = {"base": engine_image, "sglangVersion": "0.5.17", "build": {"policy": "Never"}}
-    spec["transfer"]["network"] = {"mode": "Multus", "multusNetworks": ["rdma-net"]}
-    pool = {**PLACEMENT, "startupTimeoutSeconds": 120, "terminationGracePeriodSeconds": 40}
-    spec["prefill"].update(replicas=prefill, **pool)
-    spec["decode"].update(replicas=decode, **pool)
-    spec["router"] = {"implementation": implementation, "image": router_image, "replicas": routers,
-                      "policy": "round_robin", "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
-                      **PLACEMENT}
-    return obj
+    obj["spec"]["prefill"]["replicas"], obj["spec"]["decode"]["replicas"] = prefill, decode
+    return on_real_node(obj, engine_image, router_image, implementation, routers=routers)
 
 
 def lookalike(name: str, engine_image: str) -> dict[str, Any]:
@@ -111,22 +68,6 @@ def lookalike(name: str, engine_image: str) -> dict[str, Any]:
 
 def pods_of(cluster: Cluster, ns: str, name: str, role: str) -> list[dict[str, Any]]:
     return cluster.list("pods", ns, f"specserving.io/instance={name},specserving.io/role={role}")
-
-
-def http(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
-    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None, method=method,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.loads(resp.read() or b"null")
-
-
-def workers(router_ip: str) -> dict[str, dict[str, Any]] | None:
-    """url -> worker, from the router's own API; None while it does not answer."""
-    try:
-        listed = http("GET", f"http://{router_ip}:8000/workers")
-    except (urllib.error.URLError, OSError, ValueError):
-        return None
-    return {w["url"]: w for w in listed.get("workers", [])}
 
 
 def urls(pod: dict[str, Any], dp_aware: bool) -> list[str]:
