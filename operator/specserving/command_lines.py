@@ -140,17 +140,26 @@ def check_argv(tokens: list[argv.Token], grammar: argv.Grammar, owned: Mapping[s
     return report
 
 
-def user_setting(spec: SpecServingSpec, role: str, flag: str) -> tuple[str, str] | None:
-    """(field path, value) of the last extraArgs token of one pool that sets `flag` (by any alias or prefix), the
-    value's words joined by spaces ("true" for a flag without one); None when extraArgs leave it to SGLang."""
-    grammar = argv.sglang(sglang_version(spec))
-    dest = grammar.dest_of(flag)
-    if dest is None:
-        return None
-    found = [s for s in argv.parse(server_tokens(spec, role), grammar).of(dest) if s.token.user]
-    if not found:
-        return None
-    return found[-1].token.origin, " ".join(found[-1].values) or "true"
+class UserSettings:
+    """What one pool's extraArgs (spec.engine's and the pool's) set, read once: admission asks for several flags
+    per pool, and parsing the whole command line for each was most of a webhook review's time."""
+
+    def __init__(self, spec: SpecServingSpec, role: str) -> None:
+        self.grammar = argv.sglang(sglang_version(spec))
+        # Only extraArgs tokens are the user's: without any, nothing needs parsing.
+        has_user_tokens = bool(spec.engine.extra_args or spec.pool(role).extra_args)
+        self.parsed = argv.parse(server_tokens(spec, role), self.grammar) if has_user_tokens else None
+
+    def of(self, flag: str) -> tuple[str, str] | None:
+        """(field path, value) of the last extraArgs token that sets `flag` (by any alias or prefix), the value's
+        words joined by spaces ("true" for a flag without one); None when extraArgs leave it to SGLang."""
+        dest = self.grammar.dest_of(flag)
+        if dest is None or self.parsed is None:
+            return None
+        found = [s for s in self.parsed.of(dest) if s.token.user]
+        if not found:
+            return None
+        return found[-1].token.origin, " ".join(found[-1].values) or "true"
 
 
 def _overrides(setting: argv.Setting, earlier: argv.Setting) -> bool:

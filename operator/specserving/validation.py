@@ -24,7 +24,7 @@ from specserving.capabilities import NEEDS_FIX, UNKNOWN_VERSION, CapabilityTable
 from specserving.policy import ServingPolicy, check_policy
 from specserving.problems import Problem, Report
 from specserving.rendering import router
-from specserving.command_lines import check_command_lines, user_setting
+from specserving.command_lines import UserSettings, check_command_lines
 from specserving.rendering.args import DIST_INIT_PORT
 from specserving.rendering.labels import DECODE, PREFILL
 from specserving.rendering.pods import OWNED_ENV
@@ -220,9 +220,10 @@ def check_pd_symmetric(spec: SpecServingSpec, table: CapabilityTable) -> Report:
     report = Report()
     version = sglang_version(spec)
     where = f"SGLang {version}" if table.lookup(version) else "SGLang"
+    prefill_settings, decode_settings = UserSettings(spec, PREFILL), UserSettings(spec, DECODE)
     for flag in (*table.symmetric_flags(version), CONTEXT_LENGTH_FLAG):
-        prefill = user_setting(spec, PREFILL, flag)
-        decode = user_setting(spec, DECODE, flag)
+        prefill = prefill_settings.of(flag)
+        decode = decode_settings.of(flag)
         if (prefill and prefill[1]) == (decode and decode[1]):
             continue
         blamed = decode if decode and not decode[0].startswith("spec.engine") else prefill
@@ -273,8 +274,9 @@ def check_parallelism(spec: SpecServingSpec) -> Report:
         report.errors.append(Problem("spec.engine.enableDpLmHead", (
             "Invalid value: true: SGLang refuses --enable-dp-lm-head without --enable-dp-attention; set "
             "enableDpLmHead: false, or enableDpAttention: true")))
+    settings = {role: UserSettings(spec, role) for role in (PREFILL, DECODE)}
     for role in (PREFILL, DECODE):
-        pipeline = user_setting(spec, role, PP_SIZE_FLAG)
+        pipeline = settings[role].of(PP_SIZE_FLAG)
         if pipeline is not None and pipeline[1] != "1":
             report.errors.append(Problem(pipeline[0], (
                 f'Invalid value: "{pipeline[1]}": {PP_SIZE_FLAG} {pipeline[1]} needs tp x pp = {eng.tp} x '
@@ -282,7 +284,7 @@ def check_parallelism(spec: SpecServingSpec) -> Report:
                 "parallelism is not supported) and size the replica with spec.engine.tp and nodesPerReplica")))
     spec_dec = spec.speculative
     if spec_dec.algorithm in EAGLE_FAMILY and spec_dec.num_steps is None \
-            and user_setting(spec, DECODE, ADAPTIVE_FLAG) is None:
+            and settings[DECODE].of(ADAPTIVE_FLAG) is None:
         for path, value in (("spec.speculative.eagleTopk", spec_dec.eagle_topk),
                             ("spec.speculative.numDraftTokens", spec_dec.num_draft_tokens)):
             if value is not None:
@@ -291,7 +293,7 @@ def check_parallelism(spec: SpecServingSpec) -> Report:
                     f"{spec_dec.algorithm} and asserts that none is set when numSteps is not; set "
                     "spec.speculative.numSteps too, or remove this field")))
     if spec_dec.algorithm in EAGLE_FAMILY and spec_dec.num_steps is not None and spec_dec.eagle_topk is None \
-            and user_setting(spec, DECODE, ADAPTIVE_FLAG) is None:
+            and settings[DECODE].of(ADAPTIVE_FLAG) is None:
         # Every release then compares speculative_eagle_topk (None) with 1 and stops with a TypeError.
         report.errors.append(Problem("spec.speculative.eagleTopk", (
             f"Required value: with numSteps set, SGLang needs eagleTopk for {spec_dec.algorithm} too (it stops "
