@@ -6,7 +6,11 @@ examples/dspark-pd-tp16-2node.yaml (the seed at TP16/DP16 over two nodes per rep
 operator's LeaderWorkerSets are admitted and defaulted by LWS's own webhook, its controller makes the groups, the
 pods land one per fake GPU node, LWS's pod webhook injects the leader address and worker index, and each pod's
 arguments, expanded from the env on the pod object as the kubelet would, pass SGLang's start-up checks in the
-release's own interpreter. The router's selectors pick the leaders only."""
+release's own interpreter. The router's selectors pick the leaders only.
+
+On kwok's fake nodes no container runs; the last test puts the groups on the real node (realnode.py's stand-ins)
+so that the kubelet runs the probes, the leader's preStop drain and the terminations, with the real sglang-router
+registering the leaders."""
 
 from __future__ import annotations
 
