@@ -50,6 +50,18 @@ def test_a_child_as_the_server_stores_it_matches_its_rendering(desired: dict) ->
     assert not needs_apply(desired, child_of(as_stored(desired)))
 
 
+def test_a_settled_child_keeps_its_verdict_not_its_body() -> None:
+    desired = rendered()[0]
+    child = child_of(as_stored(desired))
+    assert not needs_apply(desired, child, "d1")
+    child.settle("d1")
+    assert child.body is None
+    assert not needs_apply(desired, child, "d1")
+    # Settled against another rendering (the spec changed since), or asked without a digest: apply.
+    assert needs_apply(desired, child, "d2")
+    assert needs_apply(desired, child)
+
+
 def test_a_missing_child_needs_apply() -> None:
     assert needs_apply(rendered()[0], None)
 

@@ -231,9 +231,13 @@ class Controller(Watched):
             if mine is not None and mine.digest == dig and (
                     seen.resource_version == mine.resource_version if seen is not None
                     else st.deleted.get(ref) != mine.uid):
+                if seen is not None and seen.body is not None:
+                    seen.settle(dig)  # what the API server made of our apply of this rendering
                 continue  # applied by us and unchanged since (or the watch has not caught up yet)
-            if not needs_apply(desired, seen):
-                st.applied[ref] = Applied(dig, seen.resource_version if seen else "", seen.uid if seen else "")
+            if not needs_apply(desired, seen, dig):
+                assert seen is not None  # a missing child always needs applying
+                seen.settle(dig)
+                st.applied[ref] = Applied(dig, seen.resource_version, seen.uid)
                 continue
             pending.append((ref, desired, dig, seen))
         if pending and st.dry_run_passed is not rendered:

@@ -75,9 +75,14 @@ def matches(desired: Any, observed: Any, key: str = "", quantity: bool = False) 
     return quantity and _quantities_equal(desired, observed)
 
 
-def needs_apply(desired: dict[str, Any], observed: Child | None) -> bool:
-    """The child is missing or differs from its rendering."""
-    return observed is None or not matches(desired, observed.body)
+def needs_apply(desired: dict[str, Any], observed: Child | None, digest: str = "") -> bool:
+    """The child is missing or differs from its rendering (`digest`: the rendering's, for a settled child, whose
+    body was dropped once it matched: it matches only the rendering it was settled against)."""
+    if observed is None:
+        return True
+    if observed.body is None:
+        return not digest or observed.in_sync != digest
+    return not matches(desired, observed.body)
 
 
 def prunable(desired: Iterable[dict[str, Any]], observed: Iterable[Child], owner_uid: str) -> list[Child]:

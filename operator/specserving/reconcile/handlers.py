@@ -93,7 +93,10 @@ def build_registry(controller: Controller, *, resync_seconds: float = 600.0) -> 
 
     @kopf.index(GROUP, VERSION, PLURAL, id=OWNER_INDEX, registry=reg)
     async def index_owner(*, namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-        return {(namespace, name): dict(body)}
+        # managedFields is read by nothing here, and was a large part of each kept SpecServing body.
+        kept = dict(body)
+        kept["metadata"] = {k: v for k, v in body.get("metadata", {}).items() if k != "managedFields"}
+        return {(namespace, name): kept}
 
     @kopf.on.resume(GROUP, VERSION, PLURAL, id="reconcile", registry=reg)
     @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile", registry=reg)
