@@ -93,12 +93,16 @@ def _pool_status(name: str, role: str, desired: int | None, w: Workload | None,
         status["readySummary"] = f"{ready}/{desired}"
     if w is not None and w.group_size > 1:
         # A group serves only when every pod of it is Ready; the pod count shows how far a group has come.
-        ready_pods = sum(1 for p in pods if p.role == role and p.revision == w.revision and p.ready
-                         and not p.deleting)
+        ready_pods = len(_ready_pods(pods, role, w.revision))
         status.update(groupSize=w.group_size, readyPods=ready_pods)
         if desired is not None:
             status["readySummary"] = f"{ready}/{desired} groups ({ready_pods}/{desired * w.group_size} pods)"
     return status
+
+
+def _ready_pods(pods: Iterable[Pod], role: str, revision: str) -> list[Pod]:
+    """The Ready pods of one pool and revision that are not being deleted."""
+    return [p for p in pods if p.role == role and p.revision == revision and p.ready and not p.deleting]
 
 
 def whole_groups(w: Workload | None, pods: Iterable[Pod]) -> Workload | None:
@@ -107,8 +111,7 @@ def whole_groups(w: Workload | None, pods: Iterable[Pod]) -> Workload | None:
     still counted ready ("2/2 groups (2/4 pods)"). A group is ready only when all its pods are."""
     if w is None or w.group_size <= 1:
         return w
-    ready_pods = Counter(p.group for p in pods if p.role == w.role and p.revision == w.revision and p.ready
-                         and not p.deleting and p.group is not None)
+    ready_pods = Counter(p.group for p in _ready_pods(pods, w.role, w.revision) if p.group is not None)
     whole = sum(1 for n in ready_pods.values() if n >= w.group_size)
     return replace(w, ready=whole) if whole < w.ready else w
 
