@@ -78,15 +78,20 @@ def operator(cluster: Cluster, namespace: str, crd: None, tmp_path: Path) -> Ite
         sys.stderr.write(f"\n--- operator log ({op.log}) ---\n{op.log.read_text()[-6000:]}\n")
 
 
-def seed(**changes: Any) -> dict[str, Any]:
-    obj: dict[str, Any] = yaml.safe_load(SEED.read_text())
-    for path, value in changes.items():
+def example(path: Path, **changes: Any) -> dict[str, Any]:
+    """An example SpecServing with `changes` ({"spec.decode.replicas": 2}: dotted path -> value) set."""
+    obj: dict[str, Any] = yaml.safe_load(path.read_text())
+    for dotted, value in changes.items():
         node = obj
-        *parents, leaf = path.split(".")
+        *parents, leaf = dotted.split(".")
         for p in parents:
             node = node.setdefault(p, {})
         node[leaf] = value
     return obj
+
+
+def seed(**changes: Any) -> dict[str, Any]:
+    return example(SEED, **changes)
 
 
 def sps(cluster: Cluster, ns: str, name: str = NAME) -> dict[str, Any]:

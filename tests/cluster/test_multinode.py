@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from .kube import REPO, Cluster, wait_for
-from .operating import NAME, READY_TIMEOUT, RESYNC_SECONDS, Operator, children, crd, operator, pods, ready, sps
+from .kube import REPO, Cluster, condition, wait_for
+from .operating import (NAME, READY_TIMEOUT, RESYNC_SECONDS, Operator, children, crd, example, operator, pods,
+                        ready, sps)
 from .realnode import ENGINE_PORT, START_TIMEOUT, engine_image, fake_devices, on_real_node, router_image, workers
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -42,15 +42,7 @@ SERVER_ARGS_CHECK = REPO / "tests" / "decode_path" / "server_args_check.py"
 
 def multinode(**changes: Any) -> dict[str, Any]:
     """examples/dspark-pd-tp16-2node.yaml, named as the seed (the helpers look pods up by that name)."""
-    obj: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
-    obj["metadata"]["name"] = NAME
-    for path, value in changes.items():
-        *parents, leaf = path.split(".")
-        node = obj
-        for p in parents:
-            node = node[p]
-        node[leaf] = value
-    return obj
+    return example(EXAMPLE, **{"metadata.name": NAME, **changes})
 
 
 def _cluster_sh(cluster: Cluster, command: str) -> subprocess.CompletedProcess[str]:
@@ -201,9 +193,7 @@ def test_group_recreation_scale_by_group_and_no_idle_writes(cluster: Cluster, na
 
     # Killing a worker recreates its whole group (RecreateGroupOnPodRestart): the leader is a new pod too.
     before = _group_pods(cluster, ns, "decode")
-    worker = next(p["metadata"]["name"] for p in pods(cluster, ns, "decode")
-                  if p["metadata"]["labels"].get(f"{LWS_LABEL}/group-index") == "0"
-                  and p["metadata"]["labels"].get(f"{LWS_LABEL}/worker-index") == "1")
+    worker = _decode_pod(cluster, ns, "0", "1")["metadata"]["name"]
     cluster.kubectl("delete", "pod", worker, "-n", ns, "--wait=false")
     started = time.monotonic()
 
@@ -255,22 +245,16 @@ def test_a_group_that_does_not_fit_is_named_in_status(cluster: Cluster, namespac
 
 
 def _leader_urls(cluster: Cluster, ns: str) -> set[str]:
-    """The engine URLs of both pools' leaders (worker index 0) that are not being deleted."""
+    """The engine URLs of both pools' leaders (worker index 0) that are not being deleted (pods() leaves those out)."""
     return {f"http://{p['status']['podIP']}:{ENGINE_PORT}" for role in ("prefill", "decode")
             for p in pods(cluster, ns, role)
-            if p["metadata"]["labels"].get(f"{LWS_LABEL}/worker-index") == "0" and p.get("status", {}).get("podIP")
-            and not p["metadata"].get("deletionTimestamp")}
+            if p["metadata"]["labels"].get(f"{LWS_LABEL}/worker-index") == "0" and p.get("status", {}).get("podIP")}
 
 
 def _decode_pod(cluster: Cluster, ns: str, group: str, worker: str) -> dict[str, Any]:
     return next(p for p in pods(cluster, ns, "decode")
                 if p["metadata"]["labels"].get(f"{LWS_LABEL}/group-index") == group
                 and p["metadata"]["labels"].get(f"{LWS_LABEL}/worker-index") == worker)
-
-
-def _decode_condition(cluster: Cluster, ns: str) -> dict[str, Any]:
-    return next((c for c in sps(cluster, ns).get("status", {}).get("conditions", []) if c["type"] == "DecodeReady"),
-                {})
 
 
 def test_groups_on_the_real_node_register_leaders_and_drain_before_their_workers_stop(
@@ -309,7 +293,7 @@ def test_groups_on_the_real_node_register_leaders_and_drain_before_their_workers
     def recovered() -> bool:
         summary = _summary(cluster, ns, "decode")
         if summary != "2/2 groups (4/4 pods)":
-            summaries.setdefault(summary, str(_decode_condition(cluster, ns).get("message")))
+            summaries.setdefault(summary, str((condition(sps(cluster, ns), "DecodeReady") or {}).get("message")))
         now = _group_pods(cluster, ns, "decode")
         return (summary == "2/2 groups (4/4 pods)" and len(now.get("0", {})) == 2
                 and not set(now["0"].values()) & set(before["0"].values()) and bool(ready(cluster, ns)))
