@@ -44,6 +44,7 @@ class FakeKube:
         self.status_error: ApiError | None = None
         self.apply_error: ApiError | None = None
         self.dry_run_errors: dict[str, ApiError] = {}  # kind -> what its dry run answers
+        self.dry_run: list[str] = []  # the names of the children dry-run
         self.status_patches: list[dict[str, Any]] = []
         self.events: list[str] = []
         self.serial = 0
@@ -55,6 +56,7 @@ class FakeKube:
         if self.apply_error is not None:
             raise self.apply_error
         if dry_run:
+            self.dry_run.append(obj["metadata"]["name"])
             if obj["kind"] in self.dry_run_errors:
                 raise self.dry_run_errors[obj["kind"]]
             return copy.deepcopy(obj)
@@ -174,11 +176,24 @@ def test_an_owner_in_a_terminating_namespace_ends_the_pass_quietly() -> None:
 def test_a_child_the_dry_run_cannot_judge_is_left_to_the_apply() -> None:
     body = owner()
     kube = FakeKube()
-    kube.dry_run_errors["RoleBinding"] = ApiError(404, "Not Found", 'rolebindings "dsv4-flash-router" not found')
+    kube.dry_run_errors["Deployment"] = ApiError(404, "Not Found", 'serviceaccounts "dsv4-flash" not found')
     c = controller(kube, body)
     assert asyncio.run(c.reconcile(KEY, body)) == APPLIED
-    assert ("RoleBinding", "dsv4-flash-router") in kube.applied
+    assert ("Deployment", "dsv4-flash-router") in kube.applied
     assert len(kube.applied) == len(render(spec_of(body), body["metadata"]))
+
+
+def test_only_the_spec_shaped_children_of_a_new_rendering_are_dry_run_first() -> None:
+    body = owner()
+    kube = FakeKube()
+    c = controller(kube, body)
+    asyncio.run(c.reconcile(KEY, body))
+    assert sorted(kube.dry_run) == sorted(name for kind, name in kube.applied if kind == "Deployment")
+    assert len(kube.dry_run) == 3 and len(kube.applied) == 11
+    body["metadata"]["generation"] = 2  # the same rendering again: nothing changed, nothing dry-run
+    kube.dry_run.clear()
+    asyncio.run(c.reconcile(KEY, body))
+    assert kube.dry_run == []
 
 
 def test_an_invalid_child_in_the_dry_run_applies_nothing() -> None:

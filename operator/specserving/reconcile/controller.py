@@ -241,7 +241,9 @@ class Controller(Watched):
                 continue
             pending.append((ref, desired, dig, seen))
         if pending and st.dry_run_passed is not rendered:
-            await self._dry_run([desired for _, desired, _, _ in pending])
+            judged = [desired for _, desired, _, _ in pending if kind_of(desired).spec_shaped]
+            if judged:
+                await self._dry_run(judged)
             st.dry_run_passed = rendered
         # The children of one wave go to the API server at once; a wave waits for the one before it (kinds.py:
         # RoleBindings after their Role, workloads after their ServiceAccount, whose absence would make their
@@ -296,9 +298,9 @@ class Controller(Watched):
         return out
 
     async def _dry_run(self, children: list[dict[str, Any]]) -> None:
-        """The API server's dry run of every child a new rendering changes, before any is applied: a child it
-        refuses as invalid (400, 422) blocks the whole rendering (InvalidRenderedConfig), so a spec the schema
-        admits but Kubernetes would half-apply changes nothing.
+        """The API server's dry run of the spec-shaped children a new rendering changes (kinds.py), before any
+        child is applied: a child it refuses as invalid (400, 422) blocks the whole rendering
+        (InvalidRenderedConfig), so a spec the schema admits but Kubernetes would half-apply changes nothing.
 
         Any other answer is left to the real apply, which reports it as before: a dry run cannot judge a child that
         needs another one created first (the RBAC check of a RoleBinding looks up its Role, which a dry run has not
