@@ -199,6 +199,12 @@ class Kube:
             self._discovery[api_version] = found
         return found
 
+    def cached(self, api_version: str) -> dict[str, Resource] | None:
+        """What discovery already found for one apiVersion, without asking: None when it has not been asked (or
+        was not served)."""
+        with self._lock:
+            return self._discovery.get(api_version)
+
     def resource(self, api_version: str, kind: str) -> Resource | None:
         kinds = self.discover(api_version)
         return None if kinds is None else kinds.get(kind)

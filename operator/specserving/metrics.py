@@ -6,6 +6,8 @@ Names follow Prometheus conventions: the specserving_ prefix, _total for counter
 
 from __future__ import annotations
 
+import collections
+
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from specserving.api.status import PHASES
@@ -52,7 +54,14 @@ class Metrics:
         self.build_seconds = Histogram(
             "specserving_build_duration_seconds", "How long build Jobs ran, start to end, by outcome.", ["result"],
             buckets=(30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 10800), registry=r)
+        # Set by the controller to read its queues at scrape time (reconcile/calls.py, reconcile/queue.py).
+        self.calls_waiting = Gauge("specserving_api_calls_waiting",
+                                   "API calls queued and not started, by the urgency of the pass that made them "
+                                   "(spec, follow_up, resync, background).", ["urgency"], registry=r)
+        self.passes_queued = Gauge("specserving_passes_queued",
+                                   "SpecServings waiting for a converge pass (asked for, not started).", registry=r)
         self._phases: dict[tuple[str, str], str] = {}
+        self._phase_counts: collections.Counter[str] = collections.Counter()
         self._pools: dict[tuple[str, str], set[str]] = {}
         for phase in PHASES:
             self.specservings.labels(phase).set(0)
@@ -72,12 +81,14 @@ class Metrics:
                   pools: dict[str, tuple[int, int | None]] | None = None) -> None:
         """Record a SpecServing's phase and pools (pool -> (ready, desired)); phase None forgets it."""
         key = (namespace, name)
-        if phase is None:
-            self._phases.pop(key, None)
-        else:
+        before = self._phases.pop(key, None) if phase is None else self._phases.get(key)
+        if phase is not None:
             self._phases[key] = phase
-        for phase_name in PHASES:
-            self.specservings.labels(phase_name).set(sum(1 for p in self._phases.values() if p == phase_name))
+        if before != phase:  # counted as it changes: every pass records its phase, and there may be thousands
+            for changed, step in ((before, -1), (phase, 1)):
+                if changed is not None:
+                    self._phase_counts[changed] += step
+                    self.specservings.labels(changed).set(self._phase_counts[changed])
         for pool in self._pools.pop(key, set()) - set(pools or {}):
             for gauge in (self.pool_ready, self.pool_desired):
                 try:

@@ -52,6 +52,9 @@ class FakeKube:
     def resource(self, api_version: str, kind: str) -> Resource:
         return Resource(api_version, kind, kind.lower() + "s", True)
 
+    def cached(self, api_version: str) -> None:
+        return None  # every lookup goes through resource()
+
     def apply(self, res: Resource, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         if self.apply_error is not None:
             raise self.apply_error

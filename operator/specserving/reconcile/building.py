@@ -17,6 +17,7 @@ from specserving.imagebuild.planning import BUILD, DIGEST, ImagePlan
 from specserving.registry import RegistryError, credentials_from_dockerconfig
 from specserving.kube import ApiError, Kube
 from specserving.metrics import Metrics
+from specserving.reconcile.calls import call
 from specserving.reconcile import conditions as C
 from specserving.reconcile import reasons as R
 from specserving.reconcile.errors import Blocked
@@ -171,12 +172,12 @@ class Builds:
         skipped (the registry's refusal then says credentials are missing)."""
         if not names or not self.config.read_pull_secrets:
             return []
-        secrets = await asyncio.to_thread(self.kube.resource, "v1", "Secret")
+        secrets = await call(self.kube.resource, "v1", "Secret")
         assert secrets is not None
         out = []
         for name in names:
             try:
-                secret = await asyncio.to_thread(self.kube.get, secrets, namespace, name)
+                secret = await call(self.kube.get, secrets, namespace, name)
             except ApiError as exc:
                 log.warning("%s: cannot read pull secret %s to resolve the base image: %s", namespace, name, exc)
                 continue
@@ -196,11 +197,11 @@ class Builds:
         config_map, job = build_objects(ip, self.config.context, namespace=namespace,
                                         push_secret=ref.name if ref else self.config.push_secret,
                                         settings=self.config.settings)
-        jobs = await asyncio.to_thread(self.kube.resource, "batch/v1", "Job")
-        config_maps = await asyncio.to_thread(self.kube.resource, "v1", "ConfigMap")
+        jobs = await call(self.kube.resource, "batch/v1", "Job")
+        config_maps = await call(self.kube.resource, "v1", "ConfigMap")
         assert jobs is not None and config_maps is not None  # built-in kinds
-        created = await asyncio.to_thread(self.kube.apply, jobs, job)
-        await asyncio.to_thread(self.kube.apply, config_maps, owned_by(config_map, created))
+        created = await call(self.kube.apply, jobs, job)
+        await call(self.kube.apply, config_maps, owned_by(config_map, created))
         self.started[(namespace, ip.build_name)] = time.monotonic()
         self.metrics.child_applies.labels("Job", "changed").inc()
         self.metrics.builds.labels("started").inc()

@@ -11,6 +11,7 @@ and the decode pool's scale-down order (reconcile/scaledown.py) have modules of 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import logging
@@ -27,6 +28,7 @@ from specserving.reconcile import conditions as C
 from specserving.reconcile import reasons as R
 from specserving.reconcile import status as S
 from specserving.reconcile.building import Builds
+from specserving.reconcile.calls import DISPATCHER, Ticket, Urgency, call, running_at
 from specserving.reconcile.drift import needs_apply, prunable
 from specserving.reconcile.errors import Blocked, Gone, Rejected
 from specserving.reconcile.events import post
@@ -76,6 +78,11 @@ class Controller(Watched):
         self.builds = Builds(kube, self.build, metrics, self)
         self.scale_down = ScaleDown(kube, self.pods, probe_load)
         self.serving = ServingChecks(kube, self.poke, enabled=serving_checks)
+        for urgency in Urgency:
+            metrics.calls_waiting.labels(urgency.name.lower()).set_function(functools.partial(DISPATCHER.waiting,
+                                                                                              urgency))
+        # Read by the scrape thread: list() copies the owners in one step, so the loop may change them meanwhile.
+        metrics.passes_queued.set_function(lambda: WorkQueue.queued(list(self.owners.values())))
 
     # -- entry points -----------------------------------------------------------------------------------------
 
@@ -83,14 +90,18 @@ class Controller(Watched):
         return self.owners.setdefault(key, OwnerState())
 
     async def reconcile(self, key: Key, body: Mapping[str, Any]) -> str:
-        """The create/update/resume path: converge now; Rejected and Blocked propagate to the handler."""
+        """The create/update/resume path: converge now, ahead of follow-ups and resyncs (reconcile/calls.py);
+        Rejected and Blocked propagate to the handler."""
         st = self.state(key)
+        if st.ticket is not None:
+            st.ticket.raise_to(Urgency.SPEC)  # the pass holding the lock is all that stands before this one
         async with st.lock:
-            return await self.converge(key, dict(body))
+            with running_at(Ticket(Urgency.SPEC)):
+                return await self.converge(key, dict(body))
 
-    def poke(self, key: Key) -> None:
+    def poke(self, key: Key, urgency: Urgency = Urgency.FOLLOW_UP) -> None:
         """Something about this SpecServing changed (a child, a pod, a resync): converge soon, once."""
-        self.queue.poke(key)
+        self.queue.poke(key, urgency)
 
     def build_event(self, namespace: str, build_key: str, name: str, deleted: bool = False) -> None:
         """A build Job or its pod changed: converge every SpecServing waiting on (or built by) that build."""
@@ -118,7 +129,7 @@ class Controller(Watched):
 
     async def resync(self) -> None:
         for key in self.known():
-            self.poke(key)
+            self.poke(key, Urgency.RESYNC)
 
     # -- converge -----------------------------------------------------------------------------------------------
 
@@ -155,7 +166,7 @@ class Controller(Watched):
             if st.plan is not None and st.plan.uid != uid:
                 st.applied.clear()
                 st.posted.clear()
-            st.plan = await asyncio.to_thread(make_plan, body, self.build, self.policy)
+            st.plan = await call(make_plan, body, self.build, self.policy)
         plan = st.plan
         # The status this pass starts from: the image resolution reads its remembered digest, the report diffs it.
         old = self._old_status(st, body)
@@ -198,7 +209,7 @@ class Controller(Watched):
     async def _check_kinds(self, children: Iterable[dict[str, Any]]) -> None:
         missing = []
         for api_version, kind in sorted({(c["apiVersion"], c["kind"]) for c in children}):
-            if await asyncio.to_thread(self.kube.resource, api_version, kind) is None:
+            if await self._resource(api_version, kind) is None:
                 row = kind_of({"apiVersion": api_version, "kind": kind})
                 missing.append(f"{kind} ({api_version}) is not served by this cluster (CRD {row.crd}): "
                                f"{row.missing or 'install its CRD'}")
@@ -250,7 +261,7 @@ class Controller(Watched):
         # ReplicaSet back off).
         for number in sorted({kind_of(item[1]).apply_wave for item in pending}):
             wave = [item for item in pending if kind_of(item[1]).apply_wave == number]
-            answers = await asyncio.gather(*(asyncio.to_thread(self._apply_child, desired)
+            answers = await asyncio.gather(*(call(self._apply_child, desired)
                                              for _, desired, _, _ in wave), return_exceptions=True)
             failure: BaseException | None = None
             for (ref, desired, dig, seen), out in zip(wave, answers, strict=True):
@@ -282,13 +293,20 @@ class Controller(Watched):
             if child.ref in keep:
                 continue
             row = kind_of({"apiVersion": child.api_version, "kind": child.ref.kind})
-            res = await asyncio.to_thread(self.kube.resource, child.api_version, child.ref.kind)
+            res = await self._resource(child.api_version, child.ref.kind)
             if res is None:
                 continue
-            await asyncio.to_thread(self.kube.delete, res, key[0], child.ref.name, child.uid)
+            await call(self.kube.delete, res, key[0], child.ref.name, child.uid)
             st.applied.pop(child.ref, None)
             await post(self.kube, body, R.CHILD_PRUNED, f"deleted {child.ref} ({row.kind} no longer rendered by "
                               f"generation {plan.generation})")
+
+    async def _resource(self, api_version: str, kind: str) -> Resource | None:
+        """Discovery's answer, from its cache without a thread hop once it has one (every pass checks its kinds)."""
+        known = self.kube.cached(api_version)
+        if known is not None:
+            return known.get(kind)
+        return await call(self.kube.resource, api_version, kind)
 
     def _apply_child(self, desired: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
         """Server-side apply of one rendered child (in a worker thread); the API server's answer."""
@@ -305,7 +323,7 @@ class Controller(Watched):
         Any other answer is left to the real apply, which reports it as before: a dry run cannot judge a child that
         needs another one created first (the RBAC check of a RoleBinding looks up its Role, which a dry run has not
         created: 404 under the chart's ServiceAccount, measured), nor a transient failure."""
-        answers = await asyncio.gather(*(asyncio.to_thread(self._apply_child, child, True) for child in children),
+        answers = await asyncio.gather(*(call(self._apply_child, child, True) for child in children),
                                        return_exceptions=True)
         refused = []
         for child, out in zip(children, answers, strict=True):
@@ -384,7 +402,7 @@ class Controller(Watched):
         patch = S.patch_for(old, new)
         if patch is not None:
             try:
-                await asyncio.to_thread(self.kube.merge_patch, SPECSERVINGS, key[0], key[1], {"status": patch},
+                await call(self.kube.merge_patch, SPECSERVINGS, key[0], key[1], {"status": patch},
                                         "status")
             except ApiError as exc:
                 if exc.not_found:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from specserving.reconcile.calls import Ticket, Urgency, running_at
 from specserving.reconcile.errors import Blocked, Rejected
 from specserving.reconcile.state import Key, OwnerState
 
@@ -26,12 +27,14 @@ class WorkQueue:
                  converge: Converge) -> None:
         self.body_of, self.state_of, self.converge = body_of, state_of, converge
 
-    def poke(self, key: Key) -> None:
-        """Something about this SpecServing changed (a child, a pod, a resync): converge soon, once."""
+    def poke(self, key: Key, urgency: Urgency = Urgency.FOLLOW_UP) -> None:
+        """Something about this SpecServing changed (a child, a pod, a resync): converge soon, once, at the most
+        urgent of the pokes since."""
         if self.body_of(key) is None:
             return
         st = self.state_of(key)
         st.dirty = True
+        st.urgency = min(st.urgency, urgency)
         if not st.draining:
             st.draining = True
             asyncio.get_running_loop().create_task(self._drain(key, st))
@@ -48,8 +51,10 @@ class WorkQueue:
                     body = self.body_of(key)
                     if body is None:
                         return
+                    st.ticket, st.urgency = Ticket(st.urgency), Urgency.BACKGROUND
                     try:
-                        await self.converge(key, body)
+                        with running_at(st.ticket):
+                            await self.converge(key, body)
                         st.failures = 0
                     except Rejected:
                         pass
@@ -61,8 +66,15 @@ class WorkQueue:
                         delay = min(MAX_BACKOFF_SECONDS, 2.0 ** st.failures)
                         log.warning("%s/%s: converge failed (retry in %.0fs): %s", *key, delay, exc)
                         self.retry_later(key, st, delay)
+                    finally:
+                        st.ticket = None
         finally:
             st.draining = False
+
+    @staticmethod
+    def queued(states: Iterable[OwnerState]) -> int:
+        """SpecServings with a pass asked for and not started (the work queue's depth)."""
+        return sum(1 for st in states if st.dirty)
 
     def retry_later(self, key: Key, st: OwnerState, delay: float) -> None:
         if st.retry is not None:

@@ -4,13 +4,13 @@ docs/rollouts.md describes the whole."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from specserving.api.naming import child_name
 from specserving.kube import Kube
+from specserving.reconcile.calls import call
 from specserving.reconcile import reasons as R
 from specserving.reconcile.events import post
 from specserving.reconcile.observed import Child, ChildRef, Pod, Workload
@@ -80,16 +80,16 @@ async def move_others(kube: Kube, scale_down: ScaleDown, key: Key, body: dict[st
             if w is None or w.spec_replicas == wanted:
                 continue
             await scale_down.prepare(key, body, port, w, wanted)
-            res = await asyncio.to_thread(kube.resource, child.api_version, child.ref.kind)
+            res = await call(kube.resource, child.api_version, child.ref.kind)
             if res is not None:
-                await asyncio.to_thread(kube.merge_patch, res, key[0], child.ref.name,
+                await call(kube.merge_patch, res, key[0], child.ref.name,
                                         {"spec": {"replicas": wanted}})
     for rev in sorted(decision.delete):
         for role, child in sorted(revisions.workloads.get(rev, {}).items()):
-            res = await asyncio.to_thread(kube.resource, child.api_version, child.ref.kind)
+            res = await call(kube.resource, child.api_version, child.ref.kind)
             if res is None:
                 continue
-            await asyncio.to_thread(kube.delete, res, key[0], child.ref.name, child.uid)
+            await call(kube.delete, res, key[0], child.ref.name, child.uid)
             row = kind_of({"apiVersion": child.api_version, "kind": child.ref.kind})
             await post(kube, body, R.CHILD_PRUNED, f"deleted {row.kind} {child.ref.name}: revision {rev} is "
                        f"drained (the router pairs revision {decision.router})")

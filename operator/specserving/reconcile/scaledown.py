@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from specserving.kube import Kube, Resource
+from specserving.reconcile.calls import call
 from specserving.reconcile import costs
 from specserving.reconcile import reasons as R
 from specserving.reconcile.events import post
@@ -41,7 +42,7 @@ class ScaleDown:
             loads.update(await self._probe_loads([p for p in pods if p.name not in loads], port))
         changes = costs.costs(pods, loads)
         for name, cost in changes.items():
-            await asyncio.to_thread(self.kube.merge_patch, PODS, key[0], name,
+            await call(self.kube.merge_patch, PODS, key[0], name,
                                     {"metadata": {"annotations": {DELETION_COST: cost}}})
         if changes:
             await self._await_costs(key, changes)

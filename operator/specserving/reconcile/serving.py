@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from specserving.kube import ApiError, Kube, Resource
+from specserving.reconcile.calls import call
 from specserving.reconcile import reasons as R
 from specserving.reconcile.observed import Pod
 from specserving.reconcile.state import Key
@@ -143,7 +144,7 @@ class ServingChecks:
         """One POST /v1/completions through the router Service's cluster IP (the operator may run outside the cluster's
         DNS): (passed, reason, message). Plain asyncio streams, so a cancelled check stops at once."""
         try:
-            svc = await asyncio.to_thread(self.kube.get, SERVICES, target.namespace, target.service)
+            svc = await call(self.kube.get, SERVICES, target.namespace, target.service)
         except ApiError as exc:
             return False, R.ROUTER_UNREACHABLE, f"cannot read Service {target.service}: {exc}"
         address = ((svc or {}).get("spec") or {}).get("clusterIP")

@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from specserving.reconcile.calls import Ticket, Urgency
 from specserving.reconcile.observed import ChildRef
 from specserving.reconcile.plan import Plan
 from specserving.rollout import Decision
@@ -40,6 +41,9 @@ class OwnerState:
     draining: bool = False
     retry: asyncio.TimerHandle | None = None
     failures: int = 0
+    # The most urgent poke since the pending pass was asked for, and the running pass's ticket (reconcile/calls.py).
+    urgency: Urgency = Urgency.BACKGROUND
+    ticket: Ticket | None = None
     plan: Plan | None = None
     applied: dict[ChildRef, Applied] = field(default_factory=dict)
     # The uid of the last deletion the watch showed per child: an object we applied that is already gone must be

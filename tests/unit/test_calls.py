@@ -1,0 +1,114 @@
+"""The converge passes' calls run most urgent first (reconcile/calls.py), and a pass runs at the urgency of the most
+urgent poke that asked for it (reconcile/queue.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from specserving.reconcile import calls
+from specserving.reconcile.calls import Dispatcher, Ticket, Urgency, running_at
+from specserving.reconcile.queue import WorkQueue
+from specserving.reconcile.state import Key, OwnerState
+
+
+async def _occupied(d: Dispatcher) -> tuple[threading.Event, asyncio.Future[Any]]:
+    """The dispatcher's only worker, held until the returned gate is set."""
+    gate = threading.Event()
+    first = asyncio.ensure_future(d.call(gate.wait, 10))
+    deadline = time.monotonic() + 5
+    while d._threads == 0 or any(d.waiting(u) for u in Urgency):
+        assert time.monotonic() < deadline, "the worker never took the first call"
+        await asyncio.sleep(0.01)
+    return gate, first
+
+
+def test_calls_run_most_urgent_first_and_in_order_within_an_urgency() -> None:
+    async def main() -> list[str]:
+        d = Dispatcher(workers=1)
+        gate, first = await _occupied(d)
+        order: list[str] = []
+        queued = [("resync", Urgency.RESYNC), ("event", Urgency.BACKGROUND), ("follow-1", Urgency.FOLLOW_UP),
+                  ("apply", Urgency.SPEC), ("follow-2", Urgency.FOLLOW_UP)]
+        tasks = [asyncio.ensure_future(d.call(order.append, name, urgency=u)) for name, u in queued]
+        await asyncio.sleep(0.05)
+        assert [d.waiting(u) for u in Urgency] == [1, 2, 1, 1]
+        gate.set()
+        await asyncio.gather(first, *tasks)
+        return order
+
+    assert asyncio.run(main()) == ["apply", "follow-1", "follow-2", "resync", "event"]
+
+
+def test_a_raised_ticket_moves_its_waiting_calls_ahead() -> None:
+    async def main() -> list[str]:
+        d = Dispatcher(workers=1)
+        gate, first = await _occupied(d)
+        order: list[str] = []
+        slow = Ticket(Urgency.RESYNC)
+
+        async def resync_pass() -> None:
+            with running_at(slow):
+                await asyncio.gather(d.call(order.append, "resync-a"), d.call(order.append, "resync-b"))
+
+        other = asyncio.ensure_future(d.call(order.append, "someone else's follow-up", urgency=Urgency.FOLLOW_UP))
+        mine = asyncio.ensure_future(resync_pass())
+        await asyncio.sleep(0.05)
+        d.move(slow, Urgency.SPEC)  # a scale arrived for the SpecServing whose resync pass holds the lock
+        assert [d.waiting(u) for u in Urgency] == [2, 1, 0, 0]
+        gate.set()
+        await asyncio.gather(first, other, mine)
+        return order
+
+    assert asyncio.run(main()) == ["resync-a", "resync-b", "someone else's follow-up"]
+
+
+def test_a_call_raises_what_its_function_raised() -> None:
+    def refuse() -> None:
+        raise ValueError("refused")
+
+    async def main() -> None:
+        with pytest.raises(ValueError, match="refused"):
+            await Dispatcher(workers=2).call(refuse)
+
+    asyncio.run(main())
+
+
+def test_the_calls_of_a_pass_and_of_the_tasks_it_starts_go_at_its_urgency() -> None:
+    async def main() -> list[Urgency]:
+        seen: list[Urgency] = []
+
+        async def child_task() -> None:
+            seen.append(calls.current())
+
+        with running_at(Ticket(Urgency.SPEC)):
+            await asyncio.gather(child_task(), child_task())
+        await child_task()
+        return seen
+
+    assert asyncio.run(main()) == [Urgency.SPEC, Urgency.SPEC, Urgency.FOLLOW_UP]
+
+
+def test_a_pass_runs_at_the_most_urgent_poke_since_it_was_asked_for() -> None:
+    states: dict[Key, OwnerState] = {}
+    ran: list[Urgency] = []
+
+    async def converge(key: Key, body: dict[str, Any]) -> str:
+        ran.append(calls.current())
+        return "applied"
+
+    async def main() -> None:
+        queue = WorkQueue(lambda key: {"metadata": {}}, lambda key: states.setdefault(key, OwnerState()), converge)
+        queue.poke(("ns", "a"), Urgency.FOLLOW_UP)
+        queue.poke(("ns", "a"), Urgency.RESYNC)  # a resync after a pod event does not make that pass wait longer
+        queue.poke(("ns", "b"), Urgency.RESYNC)
+        assert WorkQueue.queued(states.values()) == 2
+        await asyncio.sleep(0.05)
+        assert WorkQueue.queued(states.values()) == 0
+
+    asyncio.run(main())
+    assert ran == [Urgency.FOLLOW_UP, Urgency.RESYNC]
