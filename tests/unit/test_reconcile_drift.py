@@ -8,7 +8,7 @@ import pytest
 
 from specserving.reconcile.drift import matches, needs_apply, parse_quantity, prunable
 from specserving.rendering.kinds import CHILD_KINDS, kind_of
-from specserving.reconcile.observed import child_of
+from specserving.reconcile.observed import child_of, ref_of
 from specserving.api.loading import spec_of
 from specserving.rendering import labels as L
 from specserving.rendering import render
@@ -128,7 +128,8 @@ def test_prune_only_owned_children_no_longer_rendered() -> None:
     orphan = copy.deepcopy(stale)
     orphan["metadata"]["name"] = "no-owner"
     orphan["metadata"].pop("ownerReferences")
-    assert prunable(desired, [kept, mine, child_of(foreign), child_of(orphan)], OWNER) == [mine]
+    assert prunable([ref_of(d) for d in desired], [kept, mine, child_of(foreign), child_of(orphan)],
+                    OWNER) == [mine]
 
 
 def test_a_kind_switch_is_a_new_revision_whose_rendering_leaves_out_the_old_workloads() -> None:
@@ -137,7 +138,7 @@ def test_a_kind_switch_is_a_new_revision_whose_rendering_leaves_out_the_old_work
     multi_obj["metadata"].update(namespace="ns", uid=OWNER)
     multi = render(spec_of(multi_obj), multi_obj["metadata"])
     observed = [child_of(as_stored(d)) for d in single]
-    pruned = prunable(multi, observed, OWNER)
+    pruned = prunable([ref_of(d) for d in multi], observed, OWNER)
     old = sorted((d["kind"], d["metadata"]["name"]) for d in single if d["metadata"]["labels"].get(L.REVISION))
     assert [(c.ref.kind, c.ref.name) for c in pruned] == old
     assert {n.rsplit("-", 1)[0] for _, n in old} == {"dsv4-flash-prefill", "dsv4-flash-decode"}

@@ -181,7 +181,7 @@ def test_a_plan_that_needs_a_build_renders_nothing_until_it_has_the_image() -> N
     assert p.spec is not None and missing_builder(p.spec, built, p.table) is None
     children = p.children_for(built)
     assert children is p.children_for(built), "rendered once per image"
-    pools = [c for c in children if c["kind"] == "Deployment"]
+    pools = [c for c in children.children() if c["kind"] == "Deployment"]
     assert len(pools) == 3
     for d in pools:
         if not d["metadata"]["name"].endswith("router"):

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -36,7 +34,7 @@ from specserving.reconcile.image import BuildConfig, ImageVerdict
 from specserving.rendering import labels as L
 from specserving.rendering.kinds import kind_of
 from specserving.reconcile import rollouts
-from specserving.reconcile.observed import Child, ChildRef, Workload, ref_of
+from specserving.reconcile.observed import Child, ChildRef, Workload
 from specserving.reconcile.plan import Plan, make_plan, missing_builder
 from specserving.reconcile.queue import WorkQueue
 from specserving.reconcile.scaledown import ScaleDown
@@ -57,10 +55,6 @@ APPLY_RETRY_SECONDS = 60.0
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def digest(obj: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 class Controller(Watched):
@@ -187,7 +181,7 @@ class Controller(Watched):
                     unrunnable = missing_builder(plan.spec, verdict.image, self.build.table)
                     if unrunnable:
                         raise Blocked(R.IMAGE_LACKS_BUILDER, unrunnable, retry=None)
-                    await self._check_kinds(plan.children_for(verdict.image))
+                    await self._check_kinds(plan.children_for(verdict.image).kinds)
                     await self._apply(key, st, body, plan, verdict.image)
             except Blocked as exc:
                 problem = exc
@@ -206,9 +200,9 @@ class Controller(Watched):
             raise problem
         return APPLIED
 
-    async def _check_kinds(self, children: Iterable[dict[str, Any]]) -> None:
+    async def _check_kinds(self, kinds: Iterable[tuple[str, str]]) -> None:
         missing = []
-        for api_version, kind in sorted({(c["apiVersion"], c["kind"]) for c in children}):
+        for api_version, kind in sorted(set(kinds)):
             if await self._resource(api_version, kind) is None:
                 row = kind_of({"apiVersion": api_version, "kind": kind})
                 missing.append(f"{kind} ({api_version}) is not served by this cluster (CRD {row.crd}): "
@@ -233,11 +227,8 @@ class Controller(Watched):
         for role, child in revisions.workloads.get(target, {}).items():
             await self.scale_down.prepare(key, body, port, child.workload, decision.replicas[target][role])
         created, repaired = [], []
-        if st.digests is None or st.digests[0] is not rendered:
-            st.digests = (rendered, tuple(digest(d) for d in rendered))
         pending: list[tuple[ChildRef, dict[str, Any], str, Child | None]] = []
-        for desired, dig in zip(rendered, st.digests[1], strict=True):
-            ref = ref_of(desired)
+        for index, (ref, dig) in enumerate(zip(rendered.refs, rendered.digests, strict=True)):
             seen, mine = observed.get(ref), st.applied.get(ref)
             if mine is not None and mine.digest == dig and (
                     seen.resource_version == mine.resource_version if seen is not None
@@ -245,12 +236,14 @@ class Controller(Watched):
                 if seen is not None and seen.body is not None:
                     seen.settle(dig)  # what the API server made of our apply of this rendering
                 continue  # applied by us and unchanged since (or the watch has not caught up yet)
+            # A settled child is judged by its digest alone: nothing to decode.
+            desired = None if seen is not None and seen.body is None else rendered.child(index)
             if not needs_apply(desired, seen, dig):
                 assert seen is not None  # a missing child always needs applying
                 seen.settle(dig)
                 st.applied[ref] = Applied(dig, seen.resource_version, seen.uid)
                 continue
-            pending.append((ref, desired, dig, seen))
+            pending.append((ref, desired if desired is not None else rendered.child(index), dig, seen))
         if pending and st.dry_run_passed is not rendered:
             judged = [desired for _, desired, _, _ in pending if kind_of(desired).spec_shaped]
             if judged:
@@ -289,7 +282,7 @@ class Controller(Watched):
                                   f"operator: {names}")
         await rollouts.move_others(self.kube, self.scale_down, key, body, port, revisions, target, decision)
         keep = rollouts.kept(revisions, target, router_rendered)
-        for child in prunable(rendered, observed.values(), plan.uid):
+        for child in prunable(rendered.refs, observed.values(), plan.uid):
             if child.ref in keep:
                 continue
             row = kind_of({"apiVersion": child.api_version, "kind": child.ref.kind})

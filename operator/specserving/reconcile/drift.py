@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from specserving.reconcile.observed import Child, ChildRef, ref_of
+from specserving.reconcile.observed import Child, ChildRef
 
 _MISSING = object()
 _QUANTITY_PARENTS = frozenset({"requests", "limits", "capacity", "allocatable"})
@@ -75,18 +75,21 @@ def matches(desired: Any, observed: Any, key: str = "", quantity: bool = False) 
     return quantity and _quantities_equal(desired, observed)
 
 
-def needs_apply(desired: dict[str, Any], observed: Child | None, digest: str = "") -> bool:
+def needs_apply(desired: dict[str, Any] | None, observed: Child | None, digest: str = "") -> bool:
     """The child is missing or differs from its rendering (`digest`: the rendering's, for a settled child, whose
-    body was dropped once it matched: it matches only the rendering it was settled against)."""
+    body was dropped once it matched: it matches only the rendering it was settled against). `desired` may be None
+    for a settled child: its digest decides, and the rendering is not decoded (reconcile/packed.py)."""
     if observed is None:
         return True
     if observed.body is None:
         return not digest or observed.in_sync != digest
+    assert desired is not None, "a child the watch shows whole is compared with its rendering"
     return not matches(desired, observed.body)
 
 
-def prunable(desired: Iterable[dict[str, Any]], observed: Iterable[Child], owner_uid: str) -> list[Child]:
-    """Observed children owned by `owner_uid` that the current rendering no longer contains, sorted."""
-    wanted: set[ChildRef] = {ref_of(d) for d in desired}
+def prunable(desired: Iterable[ChildRef], observed: Iterable[Child], owner_uid: str) -> list[Child]:
+    """Observed children owned by `owner_uid` that the current rendering (`desired`: its refs) no longer contains,
+    sorted."""
+    wanted = set(desired)
     stale = [c for c in observed if owner_uid in c.owner_uids and c.ref not in wanted]
     return sorted(stale, key=lambda c: (c.ref.kind, c.ref.name))

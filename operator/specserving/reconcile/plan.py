@@ -1,5 +1,6 @@
 """What one generation of a SpecServing should become: validate, plan the image, render. Pure and cached by the
-caller per (uid, generation); rendering for an image that a build produced is cached on the plan too."""
+caller per (uid, generation); rendering for an image that a build produced is cached on the plan too, packed
+(reconcile/packed.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from specserving.imagebuild.planning import NOT_NEEDED, ImagePlan
 from specserving.imagebuild.planning import plan as plan_image
 from specserving.policy import ServingPolicy
 from specserving.reconcile.image import BuildConfig, pd_builders
+from specserving.reconcile.packed import Rendering
 from specserving.rendering import labels as L
 from specserving.rendering import render
 from specserving.rendering.contract import revision as contract_revision
@@ -37,15 +39,19 @@ class Plan:
     image: ResolvedImage | None = None
     # Whether the base image serves, a build is needed, or nothing can (imagebuild.planning).
     image_plan: ImagePlan | None = None
-    # The children on the base image, when the base image can run the spec; () otherwise.
-    children: tuple[dict[str, Any], ...] = field(default=(), repr=False)
+    # The children on the base image, when the base image can run the spec; None otherwise.
+    base: Rendering | None = field(default=None, repr=False)
     # Why the base image cannot run the spec as-is (a build may fix that), or None.
     unrunnable: str | None = None
     obj: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     # The capability table the plan was made with (the operator's, or a test's).
     table: CapabilityTable = field(default_factory=load_capabilities, repr=False, compare=False)
-    _rendered: dict[tuple[Any, ...], tuple[dict[str, Any], ...]] = field(default_factory=dict, repr=False,
-                                                                          compare=False)
+    _rendered: dict[tuple[Any, ...], Rendering] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def children(self) -> tuple[dict[str, Any], ...]:
+        """The children on the base image, decoded; () when the base image cannot run the spec."""
+        return self.base.children() if self.base is not None else ()
 
     @property
     def admitted(self) -> bool:
@@ -78,20 +84,21 @@ class Plan:
         return contract_revision(self.spec, image, self.table)
 
     def children_for(self, image: ResolvedImage, replicas: Mapping[str, int] | None = None,
-                     router_deployment: bool = True) -> tuple[dict[str, Any], ...]:
+                     router_deployment: bool = True) -> Rendering:
         """The children with the pools on `image`, at `replicas` per role (default: the spec's) and with or
         without the router Deployment (rendered once per combination)."""
         wanted = self.desired() or {}
         counts = tuple(sorted((replicas or {}).items()))
         if all(wanted.get(role) == n for role, n in counts):
             counts = ()  # the spec's own replicas: the same rendering as without an override
-        if self.image is not None and image == self.image and self.children and not counts and router_deployment:
-            return self.children
+        if self.image is not None and image == self.image and self.base is not None and not counts and \
+                router_deployment:
+            return self.base
         key = (image.ref, counts, router_deployment)
         if key not in self._rendered:
             assert self.spec is not None  # only admitted plans are rendered
-            self._rendered[key] = tuple(render(self.spec, self.obj["metadata"], image, replicas=dict(counts),
-                                               router_deployment=router_deployment, table=self.table))
+            self._rendered[key] = Rendering(render(self.spec, self.obj["metadata"], image, replicas=dict(counts),
+                                                   router_deployment=router_deployment, table=self.table))
         return self._rendered[key]
 
 
@@ -135,7 +142,7 @@ def _make_plan(obj: dict[str, Any], build: BuildConfig, policy: ServingPolicy | 
         return Plan(uid, generation, warnings=warnings, spec=spec, image=image, image_plan=image_plan,
                     unrunnable=problem, obj=clean, table=build.table)
     return Plan(uid, generation, warnings=warnings, spec=spec, image=image, image_plan=image_plan,
-                children=tuple(render(spec, meta, image, table=build.table)), obj=clean, table=build.table)
+                base=Rendering(render(spec, meta, image, table=build.table)), obj=clean, table=build.table)
 
 
 def missing_builder(spec: SpecServingSpec, image: ResolvedImage, table: CapabilityTable) -> str | None:

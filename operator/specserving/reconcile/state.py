@@ -8,6 +8,7 @@ from typing import Any
 
 from specserving.reconcile.calls import Ticket, Urgency
 from specserving.reconcile.observed import ChildRef
+from specserving.reconcile.packed import Rendering
 from specserving.reconcile.plan import Plan
 from specserving.rollout import Decision
 
@@ -54,10 +55,8 @@ class OwnerState:
     written: tuple[Any, dict[str, Any]] | None = None
     # The last (status, reason) posted as an event per condition type, so no transition is posted twice.
     posted: dict[str, tuple[str, str]] = field(default_factory=dict)
-    # The digests of a rendering (renderings are cached per plan), so a pass does not hash every child again.
-    digests: tuple[tuple[dict[str, Any], ...], tuple[str, ...]] | None = None
     rollout: RolloutState | None = None
     # The rendering the API server's dry run last accepted whole: a new one is dry-run before anything is applied.
-    dry_run_passed: tuple[dict[str, Any], ...] | None = None
+    dry_run_passed: Rendering | None = None
     # The last rollout step posted as an event: (target, step, description).
     rollout_posted: tuple[str, str, str] | None = None
