@@ -112,3 +112,31 @@ def test_a_pass_runs_at_the_most_urgent_poke_since_it_was_asked_for() -> None:
 
     asyncio.run(main())
     assert ran == [Urgency.FOLLOW_UP, Urgency.RESYNC]
+
+
+def test_while_spec_calls_run_the_other_lanes_share_two_threads() -> None:
+    async def main() -> tuple[int, int]:
+        d = Dispatcher(workers=4)
+        spec_gate, others_gate = threading.Event(), threading.Event()
+        started: list[str] = []
+
+        def hold(name: str, gate: threading.Event) -> None:
+            started.append(name)
+            gate.wait(10)
+
+        spec = asyncio.ensure_future(d.call(hold, "spec", spec_gate, urgency=Urgency.SPEC))
+        others = [asyncio.ensure_future(d.call(hold, f"other-{i}", others_gate, urgency=u))
+                  for i, u in enumerate([Urgency.FOLLOW_UP, Urgency.BACKGROUND, Urgency.RESYNC, Urgency.FOLLOW_UP])]
+        await asyncio.sleep(0.3)
+        while_spec = len(started) - 1
+        spec_gate.set()
+        await spec
+        deadline = time.monotonic() + 5
+        while len(started) < 5 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        after = len(started) - 1
+        others_gate.set()
+        await asyncio.gather(*others)
+        return while_spec, after
+
+    assert asyncio.run(main()) == (calls.OTHERS_WHILE_SPEC, 4)

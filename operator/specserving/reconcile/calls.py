@@ -5,7 +5,8 @@ a `kubectl scale`) is SPEC; a pass for a child, pod or build event is FOLLOW_UP;
 Events are posted at BACKGROUND whatever the pass. With a thousand SpecServings applied at once, the calls of later
 passes used to wait in one first-come queue (asyncio's default executor) behind the status writes, Events and pod
 follow-ups of the ones before; here a new object's applies, or one SpecServing's scale, go ahead of all of those.
-Calls of one urgency keep their order.
+Calls of one urgency keep their order. While spec calls wait or run, the other lanes share two of the eight threads,
+so a burst's status writes and Events do not compete with its applies at the API server.
 
 A pass waiting on its calls holds its SpecServing's lock. When a more urgent pass for the same SpecServing waits
 for that lock (a scale arriving while a follow-up pass runs), `Ticket.raise_to` moves the waiting calls of the
@@ -27,6 +28,10 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 WORKERS = 8  # below the API client's connection pool (10): a worker never waits for a connection
+# While spec calls wait or run, the other lanes get at most this many threads: the API server, not the threads, is
+# what a burst of new SpecServings runs short of (two cores here), so their status writes, Events and follow-ups
+# are held back rather than sent beside the applies of the SpecServings still waiting for their children.
+OTHERS_WHILE_SPEC = 2
 
 
 class Urgency(enum.IntEnum):
@@ -41,7 +46,7 @@ class Ticket:
     """The urgency of one pass, shared by every call it makes (asyncio tasks it starts inherit it)."""
 
     urgency: Urgency
-    waiting: set[_Call] = field(default_factory=set)
+    waiting: dict[_Call, None] = field(default_factory=dict)  # in call order (an ordered set)
 
     def raise_to(self, urgency: Urgency) -> None:
         if urgency < self.urgency:
@@ -86,6 +91,7 @@ class Dispatcher:
         self.workers = workers
         self._lanes: tuple[deque[_Call], ...] = tuple(deque() for _ in Urgency)
         self._waiting = [0] * len(Urgency)
+        self._running = [0] * len(Urgency)
         self._cond = threading.Condition()
         self._threads = 0
         self._idle = 0
@@ -104,7 +110,7 @@ class Dispatcher:
             self._lanes[lane].append(item)
             self._waiting[lane] += 1
             if ticket is not None:
-                ticket.waiting.add(item)
+                ticket.waiting[item] = None
             if self._idle > 0:
                 self._idle -= 1  # counted here, not by the thread it wakes: two calls in a row wake two threads
                 self._cond.notify()
@@ -125,16 +131,28 @@ class Dispatcher:
                     self._lanes[urgency].append(item)
                     self._waiting[urgency] += 1
 
+    def _held_back(self) -> bool:
+        """The lanes below spec are at their share while spec calls wait or run."""
+        spec = Urgency.SPEC
+        return (self._waiting[spec] > 0 or self._running[spec] > 0) and \
+            sum(self._running) - self._running[spec] >= OTHERS_WHILE_SPEC
+
+    def _takeable(self) -> bool:
+        return self._waiting[Urgency.SPEC] > 0 or (sum(self._waiting) > 0 and not self._held_back())
+
     def _take(self) -> _Call | None:
         for number, lane in enumerate(self._lanes):
+            if number != Urgency.SPEC and self._held_back():
+                return None
             while lane:
                 item = lane.popleft()
                 if item.taken or item.lane != number:
                     continue
                 item.taken = True
                 self._waiting[number] -= 1
+                self._running[number] += 1
                 if item.ticket is not None:
-                    item.ticket.waiting.discard(item)
+                    item.ticket.waiting.pop(item, None)
                 return item
         return None
 
@@ -146,12 +164,18 @@ class Dispatcher:
                     self._idle += 1
                     self._cond.wait()
                     item = self._take()
+                if self._idle > 0 and self._takeable():  # more work than this thread: wake another
+                    self._idle -= 1
+                    self._cond.notify()
             try:
                 result = item.context.run(item.fn, *item.args)
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task, which raises it
                 _settle(item, None, exc)
             else:
                 _settle(item, result, None)
+            finally:
+                with self._cond:
+                    self._running[item.lane] -= 1
 
 
 def _settle(item: _Call, result: Any, exc: BaseException | None) -> None:
