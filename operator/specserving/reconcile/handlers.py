@@ -93,9 +93,16 @@ def build_registry(controller: Controller, *, resync_seconds: float = 600.0) -> 
 
     @kopf.index(GROUP, VERSION, PLURAL, id=OWNER_INDEX, registry=reg)
     async def index_owner(*, namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-        # managedFields is read by nothing here, and was a large part of each kept SpecServing body.
+        # managedFields is read by nothing here, and was a large part of each kept SpecServing body; nor are kopf's
+        # own annotations (a copy of the spec, kept by kopf on the object), which kopf reads from its event.
         kept = dict(body)
-        kept["metadata"] = {k: v for k, v in body.get("metadata", {}).items() if k != "managedFields"}
+        meta = {k: v for k, v in body.get("metadata", {}).items() if k != "managedFields"}
+        annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if not k.startswith(f"{PREFIX}/")}
+        if annotations:
+            meta["annotations"] = annotations
+        else:
+            meta.pop("annotations", None)
+        kept["metadata"] = meta
         return {(namespace, name): kept}
 
     @kopf.on.resume(GROUP, VERSION, PLURAL, id="reconcile", registry=reg)
