@@ -51,6 +51,11 @@ class ApiError(Exception):
         return self.status == 403 and "NamespaceTerminating" in self.causes
 
     @property
+    def transient(self) -> bool:
+        """Worth retrying as is: unreachable, a conflict, throttled, or a server error."""
+        return self.status in (0, 409, 429) or self.status >= 500
+
+    @property
     def not_found(self) -> bool:
         return self.status == 404
 

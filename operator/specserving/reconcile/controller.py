@@ -188,8 +188,8 @@ class Controller(Watched):
             except ApiError as exc:
                 if exc.namespace_terminating:
                     raise Gone(f"{key[0]}/{key[1]}: its namespace is being deleted; no child is applied") from None
-                if exc.status in (0, 409, 429) or exc.status >= 500:
-                    raise  # transient: retried with backoff, status untouched
+                if exc.transient:
+                    raise  # retried with backoff, status untouched
                 problem = Blocked(R.APPLY_FAILED, str(exc), retry=APPLY_RETRY_SECONDS)
                 await post(self.kube, body, R.CHILD_APPLY_FAILED, str(exc))
         if isinstance(problem, Blocked):

@@ -22,6 +22,7 @@ import kopf
 
 from specserving import GROUP, KIND, PLURAL, VERSION
 from specserving.imagebuild.job import BUILD_LABEL
+from specserving.kube import ApiError
 from specserving.reconcile.controller import Controller
 from specserving.reconcile.errors import Blocked, Rejected
 from specserving.reconcile.image import build_job_of, build_pod_of
@@ -34,6 +35,7 @@ PREFIX = "operator.specserving.io"
 OWNED = {L.INSTANCE: kopf.PRESENT}
 BUILDS = {BUILD_LABEL: kopf.PRESENT}
 MANAGED = f"app.kubernetes.io/managed-by={L.FIELD_MANAGER}"
+TRANSIENT_RETRY_SECONDS = 5.0
 log = logging.getLogger("specserving.handlers")
 
 
@@ -117,6 +119,11 @@ def build_registry(controller: Controller, *, resync_seconds: float = 600.0) -> 
             if exc.retry:
                 raise kopf.TemporaryError(str(exc), delay=exc.retry) from None
             raise kopf.PermanentError(str(exc)) from None
+        except ApiError as exc:
+            if not exc.transient:
+                raise  # unexpected: kopf logs it with its traceback and retries
+            # The API server went away or pushed back mid-pass: one line in the log, and kopf retries the handler.
+            raise kopf.TemporaryError(str(exc), delay=TRANSIENT_RETRY_SECONDS) from None
 
     @kopf.on.event(GROUP, VERSION, PLURAL, id="specservings", registry=reg)
     async def owner_event(*, type: str, namespace: str | None, name: str, **_: Any) -> None:  # noqa: A002
