@@ -489,7 +489,8 @@ def test_install_cluster_wide_runs_the_lifecycle_as_the_charts_pods(
                  ["update", "specservings.specserving.io", "--subresource=finalizers", "-n", work],
                  ["patch", "specservings.specserving.io", "--subresource=status", "-n", work],
                  ["create", "events", "-n", work],
-                 ["watch", "customresourcedefinitions"], ["patch", f"clusterkopfpeerings/{rel.fullname}"]):
+                 ["watch", "customresourcedefinitions"], ["watch", "namespaces"],
+                 ["patch", f"clusterkopfpeerings/{rel.fullname}"]):
         assert can_i(cluster, sa, *args), f"the chart's ServiceAccount may not {' '.join(args)}"
     grab = cluster.run_as(sa, "create", "role", "grab", "--verb=get", "--resource=secrets", "-n", work)
     assert grab.returncode != 0 and "attempting to grant RBAC permissions not currently held" in grab.stderr

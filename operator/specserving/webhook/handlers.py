@@ -41,19 +41,25 @@ class WebhookMetrics:
 
 
 def register(registry: kopf.OperatorRegistry, metrics: WebhookMetrics, policy: ServingPolicy | None = None,
-             enforced_level: Callable[[str], str | None] | None = None) -> None:
+             enforced_level: Callable[[str, Any], str | None] | None = None) -> None:
     """Add the SpecServing validating handler to `registry`, refusing what `policy` forbids too, and warning when
-    the namespace's Pod Security level (`enforced_level(namespace)`) will refuse the pods."""
+    the namespace's Pod Security level (`enforced_level(namespace, index)`, with the watch-fed index of namespace
+    levels that this also registers) will refuse the pods."""
+
+    @kopf.index("", "v1", "namespaces", id=NAMESPACE_LEVELS, registry=registry)
+    async def index_namespace_level(*, name: str, labels: kopf.Labels, **_: Any) -> dict[str, str]:
+        return {name: labels.get(ENFORCE_LABEL, "")}
 
     @kopf.on.validate(GROUP, VERSION, PLURAL, id=HANDLER_ID, operations=["CREATE", "UPDATE"], registry=registry)
     def validate_specserving(*, body: kopf.Body, warnings: list[str], old: kopf.Body | None = None,
-                             operation: str = "UNKNOWN", **_: Any) -> None:
+                             operation: str = "UNKNOWN", **kwargs: Any) -> None:
         # kopf passes old and operation to validating handlers, though its WebhookFn protocol does not list them.
         started = time.perf_counter()
         new_obj = plain(body)
         meta = new_obj.get("metadata", {})
         try:
-            level = enforced_level(str(meta.get("namespace") or "default")) if enforced_level else None
+            level = enforced_level(str(meta.get("namespace") or "default"),
+                                   kwargs.get(NAMESPACE_LEVELS)) if enforced_level else None
             report = review(new_obj, plain(old) if old is not None else None, policy=policy, enforced_level=level)
         except Exception:
             metrics.reviews.labels(operation, "error").inc()
@@ -71,17 +77,30 @@ def register(registry: kopf.OperatorRegistry, metrics: WebhookMetrics, policy: S
 
 
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
+NAMESPACE_LEVELS = "namespace_levels"  # the kopf index: namespace name -> its enforce label ("" for none)
 
 
 class NamespaceLevels:
-    """The pod-security.kubernetes.io/enforce label of a namespace, read with `list` (the chart grants list and
-    watch on namespaces, not get), once per review: a cached answer would miss a label set just before an apply.
-    A failed read gives None: the warning is advice, never a reason to refuse."""
+    """The pod-security.kubernetes.io/enforce label of a namespace, from a watch of namespaces (a kopf index), as
+    Kubernetes' own PodSecurity admission reads it from its informer: a label set before an apply is there once its
+    watch event has arrived, milliseconds later. A namespace the index does not hold yet (just created, or the
+    watch still listing) is read from the API server with `list` (the chart grants list and watch on namespaces,
+    not get). Reading it once per review instead put an API request inside every review: 24 ms p50 and 455 ms p99
+    of handler time at 100 reviews/s (bench, --profile: 28% of the webhook's samples waited in that request). A
+    failed read gives None: the warning is advice, never a reason to refuse."""
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
 
-    def __call__(self, namespace: str) -> str | None:
+    def __call__(self, namespace: str, index: Any = None) -> str | None:
+        try:
+            # The review runs in a worker thread while the event loop updates the index: a read that meets an
+            # update goes to the API server instead.
+            known = next(iter(index[namespace]), "") if index is not None and namespace in index else None
+        except (RuntimeError, KeyError):
+            known = None
+        if known is not None:
+            return str(known) or None
         try:
             found = self.kube.request("GET", "/api/v1/namespaces",
                                       query={"fieldSelector": f"metadata.name={namespace}"})
