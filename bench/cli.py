@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import cluster as C
+from bench import heap as H
 from bench import measure as M
+from bench import peer as P
 from bench import report as R
 from bench import workload as W
 from bench.operating import Operator
@@ -56,6 +58,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true",
                    help="sample the operator with py-spy during the apply and webhook phases (collapsed stacks and "
                         "a summary in the work dir and the JSON)")
+    p.add_argument("--heap-profile", action="store_true",
+                   help="run the operator under tracemalloc (from 10 s after its start) and record its heap by "
+                        "allocating line once every SpecServing is Ready (heap-N.json in the work dir, and the "
+                        "JSON); tracing slows it, so the timings of such a run do not count")
     p.add_argument("--operator-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for `specserving run` (repeatable)")
     return p.parse_args(argv)
@@ -90,8 +96,9 @@ def run_size(cl: C.Cluster, n: int, s: M.Settings, extra: list[str], webhook: li
         refs = {i: W.refs(g) for i, g in enumerate(groups)}
         result["baseline"] = M.baseline(cl, n, base_ns, base_rec, s, groups)
         M.free_nodes(cl, base_ns, s, n)
+        env = {**cl.env, **H.env_for(s.out_dir)} if s.heap_profile else cl.env
         op = Operator(cl.kubeconfig, op_ns, s.out_dir / f"operator-{n}.log", resync_seconds=s.resync(),
-                      webhook_configuration=configuration, env=cl.env, extra=extra)
+                      webhook_configuration=configuration, env=env, extra=extra)
         rss_start, _ = op.memory()
         wait_webhook(cl, op_ns, s)
         if webhook is not None:
@@ -100,6 +107,9 @@ def run_size(cl: C.Cluster, n: int, s: M.Settings, extra: list[str], webhook: li
         result["operator"] = M.operator_phase(cl, n, op_ns, op_rec, op, s, refs)
         result["operator"]["rss_start_mib"] = rss_start
         result["operator"]["log_errors"] = log_errors(op.tail(10**9))
+        op.stop()  # the peer runs alone
+        op = None
+        result["peer"] = measure_peer(cl, n, s)
     finally:
         if op is not None:
             op.stop()
@@ -116,6 +126,17 @@ def run_size(cl: C.Cluster, n: int, s: M.Settings, extra: list[str], webhook: li
                 cl.kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
     result["seconds"] = time.monotonic() - started
     return result
+
+
+def measure_peer(cl: C.Cluster, n: int, s: M.Settings) -> dict[str, Any]:
+    """The LeaderWorkerSet controller at the same N (bench/peer.py); a failure is reported, not fatal to this N."""
+    if cl.name is None:
+        return {"skipped": "the LeaderWorkerSet peer runs only on a cluster the bench starts (not --kubeconfig)"}
+    try:
+        return P.lws_phase(cl, n, s.out_dir, s.timeout(n))
+    except Exception as exc:  # noqa: BLE001 - the operator's figures of this N stand without it
+        traceback.print_exc()
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def log_errors(text: str) -> int:
@@ -160,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                    scale_samples=args.scale_samples,
                    webhook_rates=tuple(float(x) for x in args.webhook_rates.split(",") if x.strip()),
                    webhook_seconds=args.webhook_seconds, out_dir=work, timeout_per_sps=args.timeout_per_sps,
-                   profile=args.profile)
+                   profile=args.profile, heap_profile=args.heap_profile)
     info = C.machine()
     t0 = time.monotonic()
     results: dict[str, Any] = {"machine": info, "settings": {
@@ -189,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
                                   results["webhook"]["rates"] if k == 0 else None, reused=reused)
                 result["nodes"] = cl.gpu_nodes_ready()
                 results["sizes"].append(result)
+                if "error" in result.get("peer", {}):
+                    rc = 1
             except Exception as exc:  # noqa: BLE001 - report what was measured, and why the rest was not
                 traceback.print_exc()
                 results["sizes"].append({"n": n, "error": f"{type(exc).__name__}: {exc}"})

@@ -12,6 +12,7 @@ The max over i is the time until all N are done.
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +23,7 @@ from typing import Any
 import urllib3
 import yaml
 
+from bench import heap
 from bench import workload as W
 from bench.cluster import Cluster, log
 from bench.kubeapi import Api
@@ -47,6 +49,7 @@ class Settings:
     timeout_base: float = 120.0
     timeout_per_sps: float = 3.0
     profile: bool = False  # py-spy the operator during the apply and webhook phases
+    heap_profile: bool = False  # tracemalloc in the operator; its heap by line once every SpecServing is Ready
 
     def resync(self) -> float:
         return self.resync_seconds if self.resync_seconds is not None else max(2.0, self.idle_seconds / 5)
@@ -220,6 +223,43 @@ def settle(operator: Operator | None, quiet: float = 1.0, timeout: float = 60.0)
 # -- the operator -----------------------------------------------------------------------------------------------
 
 
+class QueueDepth:
+    """The operator's queues, sampled from its /metrics every `interval` seconds in a thread until stopped: the
+    SpecServings waiting for a pass, and the API calls waiting in each lane of reconcile/calls.py."""
+
+    LANES = ("spec", "follow_up", "resync", "background")
+
+    def __init__(self, op: Operator, interval: float = 1.0) -> None:
+        self.op, self.interval = op, interval
+        self.t0 = time.monotonic()
+        self.series: dict[str, list[float]] = {"t": [], "passes_queued": [], **{lane: [] for lane in self.LANES}}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="queue-depth", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                samples = self.op.metrics()
+            except Exception:  # noqa: BLE001 - a missed sample is a gap in the series, not a failed bench
+                continue
+            self.series["t"].append(round(time.monotonic() - self.t0, 2))
+            self.series["passes_queued"].append(total(samples, "specserving_passes_queued"))
+            waiting = by_label(samples, "specserving_api_calls_waiting", "urgency")
+            for lane in self.LANES:
+                self.series[lane].append(waiting.get(lane, 0.0))
+
+    def stop(self, since: float) -> dict[str, Any]:
+        """The series, with times from `since` (kubectl's marker line), and each one's peak."""
+        self._stop.set()
+        self._thread.join()
+        shift = since - self.t0
+        out: dict[str, Any] = {**self.series, "t": [round(t - shift, 2) for t in self.series["t"]]}
+        out["peak"] = {k: max(v, default=0.0) for k, v in self.series.items() if k != "t"}
+        return out
+
+
+
 def operator_phase(cluster: Cluster, n: int, ns: str, rec: Recorder, op: Operator, s: Settings,
                    children: dict[int, list[tuple[str, str]]]) -> dict[str, Any]:
     """`children`: the (kind, name) of each SpecServing's children, as the renderer names them."""
@@ -228,6 +268,7 @@ def operator_phase(cluster: Cluster, n: int, ns: str, rec: Recorder, op: Operato
     m0, a0, cpu0 = op.metrics(), cluster.apiserver_metrics(), op.cpu_seconds()
     log(f"N={n} operator: kubectl apply --server-side of {n} SpecServings in {ns}")
     prof = Profile(op.pid, s.out_dir / f"profile-apply-{n}.txt") if s.profile else None
+    depth = QueueDepth(op)
     times = apply_stream(cluster, docs, s.out_dir / f"operator-{n}.yaml")
     starts = {i: times[i] for i in range(n)}
     created = wait_until("the operator's children", lambda: _all(lambda i: rec.all_seen(children[i]), n),
@@ -235,6 +276,8 @@ def operator_phase(cluster: Cluster, n: int, ns: str, rec: Recorder, op: Operato
     ready = wait_until("the SpecServings Ready", lambda: _all(lambda i: rec.ready_at(W.name(i)), n),
                        s.timeout(n) * 2)
     m1, a1, cpu1 = op.metrics(), cluster.apiserver_metrics(), op.cpu_seconds()
+    queues = depth.stop(since=times[0])
+    heap_sites = heap.snapshot(op.pid, s.out_dir, n) if s.heap_profile else None
     profile = prof.stop() if prof else None
     rss_now, rss_peak = op.memory()
     mine = delta(m1, m0)
@@ -260,7 +303,10 @@ def operator_phase(cluster: Cluster, n: int, ns: str, rec: Recorder, op: Operato
                                        CHILD_RESOURCES.split("|")),
         "apiserver_requests": apiserver,
         "reconciles": total(mine, "specserving_reconcile_total"),
+        "queue_depth": queues,
     }
+    if heap_sites is not None:
+        out["heap"] = heap_sites
     if profile:
         out["profile"] = profile
     log(f"N={n} operator: children p50 {out['children']['p50']:.3f} s, Ready p50 {out['ready']['p50']:.3f} s, "

@@ -13,7 +13,7 @@ TARGETS = {
     "children": 1.2,  # apply -> children created, operator / raw server-side apply
     "scale": 1.5,  # kubectl scale sps -> new decode pod Running, operator / Deployment scaled directly
     "rss_mib": 200.0,  # peak RSS with 1,000 SpecServings
-    "webhook_p99_ms": 10.0,  # at 100 requests/s
+    "webhook_p99_ms": 5.0,  # added by the webhook at 100 requests/s (issue 21; was 10 ms)
 }
 
 
@@ -86,6 +86,8 @@ def rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     row("+ kopf's annotation PATCHes per SpecServing (API server count)",
         lambda r: _f(r["operator"]["kopf_annotation_patches"] / r["n"], "", 1))
     row("status writes per SpecServing", lambda r: _f(r["operator"]["status_writes"] / r["n"], "", 1))
+    row("peak queues, apply -> all Ready: SpecServings waiting for a pass / API calls waiting (spec, follow-up, "
+        "resync, Events)", _queues)
     row("child applies seen by the API server (APPLY on child kinds)",
         lambda r: _f(r["operator"]["child_applies_apiserver"], "", 0))
     row("idle window (s) / resync every (s) / passes",
@@ -98,9 +100,36 @@ def rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         lambda r: _f(r["operator"]["idle"]["apiserver_applies_and_specserving_writes"], "", 0))
     row("idle: operator CPU (s)", lambda r: _f(r["operator"]["idle"]["cpu_seconds"]))
 
+    def lws(fn: Any) -> Any:
+        def cell(r: dict[str, Any]) -> str:
+            p = r.get("peer") or {"error": "not run"}
+            if "error" in p or "skipped" in p:
+                return f"not measured: {p.get('error') or p.get('skipped')}"
+            return str(fn(r, p))
+        return cell
+
+    row("LeaderWorkerSet v0.9.0 (Go) peer, N of them: apply -> both StatefulSets: p50 / p99 / max (s)",
+        lws(lambda r, p: " / ".join(_f(p["statefulsets"][k], "", 3) for k in ("p50", "p99", "max"))))
+    row("LeaderWorkerSet peer: apply -> both pods created / Available: p50 (s)",
+        lws(lambda r, p: f"{_f(p['pods']['p50'], '', 3)} / {_f(p['available']['p50'], '', 3)}"))
+    row("ratio operator children / LeaderWorkerSet StatefulSets: p50 / max; operator Ready / LWS Available: p50",
+        lws(lambda r, p: f"{_r(ratio(r['operator']['children']['p50'], p['statefulsets']['p50']))} / "
+                         f"{_r(ratio(r['operator']['children']['max'], p['statefulsets']['max']))}; "
+                         f"{_r(ratio(r['operator']['ready']['p50'], p['available']['p50']))}"))
+    row("LeaderWorkerSet manager: CPU (s) / peak RSS (MiB); operator's peak RSS over it",
+        lws(lambda r, p: f"{_f(p['cpu_seconds'])} / {p['peak_rss_mib']:.0f}; "
+                         f"{_r(ratio(r['operator']['peak_rss_mib'], p['peak_rss_mib']))}"))
     row("operator log lines with ERROR or Traceback", lambda r: str(r["operator"]["log_errors"]))
     row("wall time for this N (s)", lambda r: _f(r["seconds"], "", 0))
     return header, table
+
+
+def _queues(r: dict[str, Any]) -> str:
+    peak = r["operator"].get("queue_depth", {}).get("peak")
+    if not peak:
+        return "-"  # results from before the queues were sampled
+    return (f"{peak['passes_queued']:.0f} / {peak['spec']:.0f}, {peak['follow_up']:.0f}, {peak['resync']:.0f}, "
+            f"{peak['background']:.0f}")
 
 
 def webhook_rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -175,9 +204,11 @@ def targets(results: dict[str, Any]) -> list[list[str]]:
     rates = results.get("webhook", {}).get("rates", [])
     at = [w for w in rates if w["rate"] >= 100] or rates[-1:]
     for w in at:
-        out.append([f"webhook p99 at most 10 ms at {w['rate']:g} requests/s",
-                    f"added p99 {w['added_p99_ms']:.1f} ms ({w['added_p99_ms'] / 10:.2f}x); straight to the webhook "
-                    f"p99 {w['webhook_direct']['p99_ms']:.1f} ms ({w['webhook_direct']['p99_ms'] / 10:.2f}x)",
+        limit = TARGETS["webhook_p99_ms"]
+        out.append([f"webhook p99 at most {limit:g} ms at {w['rate']:g} requests/s",
+                    f"added p99 {w['added_p99_ms']:.1f} ms ({w['added_p99_ms'] / limit:.2f}x); straight to the "
+                    f"webhook p99 {w['webhook_direct']['p99_ms']:.1f} ms "
+                    f"({w['webhook_direct']['p99_ms'] / limit:.2f}x)",
                     verdict(w["added_p99_ms"] <= TARGETS["webhook_p99_ms"]
                             and w["webhook_direct"]["p99_ms"] <= TARGETS["webhook_p99_ms"])])
     return out
@@ -206,7 +237,16 @@ containers; the cluster is recreated when N changes) and on it:
    "achieved" rate says whether the client kept the schedule.
 3. **Operator**: N SpecServings (the seed example with 1 prefill and 1 decode replica: two whole GPU nodes each)
    in one `kubectl apply --server-side -f`, then `kubectl scale sps/... --replicas=2` on as many as the baseline
-   scaled, then an idle window in which the operator resyncs every SpecServing several times.
+   scaled, then an idle window in which the operator resyncs every SpecServing several times. Its queues
+   (SpecServings waiting for a pass, API calls waiting per urgency lane) are sampled from its /metrics every second
+   from apply to all Ready (`queue_depth` in the JSON).
+4. **Peer**: with the operator stopped, the LeaderWorkerSet controller (sigs.k8s.io/lws v0.9.0, Go,
+   controller-runtime; built from its Go module and started with its CRDs and webhooks by `hack/cluster.sh lws-up`)
+   gets N LeaderWorkerSets of one group of two pods each (no GPU) in one `kubectl apply --server-side -f` after a
+   marker line: from that line to both StatefulSets (the leader's, then the workers', which LWS makes once the
+   leader pod exists), both pods and the Available condition; its CPU and peak RSS from /proc. It is not the same
+   work (2 direct children instead of 11, no image or Services), so its ratio reads as "what a Go controller on
+   this control plane takes for a comparable fan-out", beside the ratio to raw SSA.
 
 Timing is the same on both sides: the N objects go in one `kubectl apply --server-side -f FILE` whose first
 document is a marker ConfigMap; kubectl prints a line per object as it applies it, and the marker's line starts

@@ -81,6 +81,13 @@ def test_bench_runs_and_reports_every_figure(run: tuple[subprocess.CompletedProc
     assert op["requests_by_verb"].get("APPLY", 0) >= 11 * N, op["requests_by_verb"]
     assert op["writes_per_specserving"] >= 11 and op["child_applies_apiserver"] >= 11 * N
     assert base["apiserver_requests"], "the API server's request counts were read"
+    lws = size["peer"]
+    assert "error" not in lws and "skipped" not in lws, lws
+    _numbers([lws[k]["p50"] for k in ("statefulsets", "pods", "available")] + [lws["peak_rss_mib"]], "peer")
+    assert lws["statefulsets"]["n"] == N and lws["peak_rss_mib"] > 0
+    queues = op["queue_depth"]
+    assert queues["t"] and all(len(queues[k]) == len(queues["t"]) for k in queues["peak"]), queues
+    _numbers(queues["peak"], "queue depth peaks")
     idle = op["idle"]
     _numbers({k: idle[k] for k in ("passes", "operator_requests", "operator_writes", "status_writes",
                                    "apiserver_applies_and_specserving_writes", "cpu_seconds")}, "idle")
