@@ -75,7 +75,15 @@ class Cluster:
 
     def install_crd(self) -> None:
         self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-        self.kubectl("wait", "--for=condition=Established", "crd/specservings.specserving.io", "--timeout=60s")
+        # Polled: right after the apply the CRD has no status conditions yet, and `kubectl wait` then fails at once.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            crd = self.api.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/specservings.specserving.io")
+            if any(c.get("type") == "Established" and c.get("status") == "True"
+                   for c in (crd.get("status") or {}).get("conditions") or []):
+                return
+            time.sleep(0.5)
+        raise RuntimeError("the SpecServing CRD was not Established in 60 s")
 
     def gpu_nodes_ready(self) -> int:
         nodes = self.api.get("/api/v1/nodes", labelSelector="type=kwok")["items"]

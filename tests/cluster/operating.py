@@ -63,8 +63,12 @@ class Operator(OperatorProcess):
 
 @pytest.fixture(scope="module")
 def crd(cluster: Cluster) -> None:
+    """The SpecServing CRD, applied and Established. Polled rather than `kubectl wait --for=condition=Established`:
+    right after the apply a fresh CRD has no status conditions yet, and kubectl 1.36 then fails at once ("accessor
+    error: <nil> is of the type <nil>") instead of waiting."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/specservings.specserving.io", "--timeout=30s")
+    wait_for(lambda: (condition(cluster.get("crd", "specservings.specserving.io"), "Established") or {}).get(
+        "status") == "True", 60, "the SpecServing CRD Established")
 
 
 @pytest.fixture

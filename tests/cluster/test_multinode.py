@@ -314,11 +314,15 @@ def test_groups_on_the_real_node_register_leaders_and_drain_before_their_workers
     cluster.kubectl("scale", "specserving", NAME, "-n", ns, "--replicas=1")
     scaled = time.monotonic()
     seen: dict[str, float] = {}
-    leader_last_seen = worker_last_running = 0.0
+    leader_last_seen = 0.0
+    overlaps: list[str] = []
     while time.monotonic() - scaled < 120 and "worker gone" not in seen:
-        leader_pod, worker_pod, registered_now = (cluster.get("pod", leader_name, ns),
-                                                  cluster.get("pod", worker_name, ns), workers(router_ip))
+        # One list is one snapshot of the namespace (a single resourceVersion), so "the leader still there while its
+        # worker stops" is judged on a consistent view, not on two reads some 100 ms apart.
+        snapshot = {p["metadata"]["name"]: p for p in cluster.list("pods", ns)}
+        registered_now = workers(router_ip)
         now = time.monotonic() - scaled
+        leader_pod, worker_pod = snapshot.get(leader_name), snapshot.get(worker_name)
         if leader_pod is None:
             seen.setdefault("leader gone", now)
         else:
@@ -331,13 +335,13 @@ def test_groups_on_the_real_node_register_leaders_and_drain_before_their_workers
             seen.setdefault("worker gone", now)
         elif worker_pod["metadata"].get("deletionTimestamp"):
             seen.setdefault("worker stopping", now)
-        else:
-            worker_last_running = now
+        if leader_pod is not None and (worker_pod is None or worker_pod["metadata"].get("deletionTimestamp")):
+            overlaps.append(f"{now:.1f}s")
         time.sleep(0.2)
     timeline = ", ".join(f"{k} {v:.1f}s" for k, v in sorted(seen.items(), key=lambda kv: kv[1]))
     assert {"leader deleting", "leader deregistered", "leader gone", "worker gone"} <= set(seen), timeline
     assert seen["leader deregistered"] < seen["leader gone"], f"the leader was not deregistered first: {timeline}"
-    assert worker_last_running >= leader_last_seen, f"the worker stopped before its leader was gone: {timeline}"
+    assert not overlaps, f"the worker stopped while its leader was still there (snapshots at {overlaps}): {timeline}"
     assert leader_last_seen - seen["leader deleting"] >= 10, f"the leader did not drain (preStop): {timeline}"
     wait_for(lambda: ready(cluster, ns) and _summary(cluster, ns, "decode") == "1/1 groups (2/2 pods)", 60,
              "Ready with one decode group")

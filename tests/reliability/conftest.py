@@ -15,22 +15,12 @@ from pathlib import Path
 
 import pytest
 from cluster.conftest import cluster, namespace
-from cluster.kube import Cluster, condition, wait_for
-from cluster.operating import CRD, Operator
+from cluster.kube import Cluster
+from cluster.operating import Operator, crd
 
 from .faults import chart_identity, chart_operator
 
 __all__ = ["cluster", "crd", "namespace"]  # fixtures, used by name
-
-
-@pytest.fixture(scope="module")
-def crd(cluster: Cluster) -> None:
-    """The SpecServing CRD, applied and Established. (The cluster tier's own `crd` runs `kubectl wait
-    --for=condition=Established` right after the apply, which fails at once on a fresh cluster, where the CRD has
-    no status conditions yet: "accessor error: <nil> is of the type <nil>". This suite may run first.)"""
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    wait_for(lambda: (condition(cluster.get("crd", "specservings.specserving.io"), "Established") or {}).get(
-        "status") == "True", 60, "the SpecServing CRD Established")
 
 
 @pytest.fixture
