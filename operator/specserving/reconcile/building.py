@@ -114,7 +114,7 @@ class Builds:
         except ApiError as exc:
             if exc.status in (0, 409, 429) or exc.status >= 500:
                 raise
-            await post(self.kube, body, R.CHILD_APPLY_FAILED, f"cannot create the build Job {ip.build_name}: {exc}")
+            post(self.kube, body, R.CHILD_APPLY_FAILED, f"cannot create the build Job {ip.build_name}: {exc}")
             return ImageVerdict(C.FALSE, R.APPLY_FAILED, f"cannot create the build Job {ip.build_name}: {exc}; "
                                 "no pool is started", status_image=verdict.status_image)
         return verdict
@@ -142,7 +142,7 @@ class Builds:
         except RegistryError as exc:
             if self.config.base_digests == REQUIRED:
                 raise
-            await post(self.kube, body, R.BASE_UNRESOLVED,
+            post(self.kube, body, R.BASE_UNRESOLVED,
                        f"cannot resolve {ip.base} to a digest ({exc}); the build is keyed by the tag instead, so a "
                        "tag that moves later is not rebuilt: pin spec.image.base to a digest to be sure", warning=True)
             return ip
@@ -207,7 +207,7 @@ class Builds:
         self.metrics.builds.labels("started").inc()
         log.info("%s/%s: started build Job %s: %s -> %s", namespace, body["metadata"]["name"], ip.build_name,
                  ip.base_ref, ip.target)
-        await post(self.kube, body, R.BUILD_STARTED, f"created build Job {ip.build_name}: {ip.base_ref} -> "
+        post(self.kube, body, R.BUILD_STARTED, f"created build Job {ip.build_name}: {ip.base_ref} -> "
                    f"{ip.target} (the probe requires a PD-decode builder for {ip.algorithm})")
 
 

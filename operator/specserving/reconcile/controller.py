@@ -191,7 +191,7 @@ class Controller(Watched):
                 if exc.transient:
                     raise  # retried with backoff, status untouched
                 problem = Blocked(R.APPLY_FAILED, str(exc), retry=APPLY_RETRY_SECONDS)
-                await post(self.kube, body, R.CHILD_APPLY_FAILED, str(exc))
+                post(self.kube, body, R.CHILD_APPLY_FAILED, str(exc))
         if isinstance(problem, Blocked):
             outcome = S.Outcome(admitted=True, warnings=plan.warnings, blocked_reason=problem.reason,
                                 blocked_message=problem.message, image=verdict)
@@ -276,9 +276,9 @@ class Controller(Watched):
         if created or repaired:
             names = ", ".join(created + repaired)
             if new_generation:
-                await post(self.kube, body, R.CHILDREN_APPLIED, f"applied generation {plan.generation}: {names}")
+                post(self.kube, body, R.CHILDREN_APPLIED, f"applied generation {plan.generation}: {names}")
             else:
-                await post(self.kube, body, R.DRIFT_REPAIRED, "restored children changed or deleted outside the "
+                post(self.kube, body, R.DRIFT_REPAIRED, "restored children changed or deleted outside the "
                                   f"operator: {names}")
         await rollouts.move_others(self.kube, self.scale_down, key, body, port, revisions, target, decision)
         keep = rollouts.kept(revisions, target, router_rendered)
@@ -291,7 +291,7 @@ class Controller(Watched):
                 continue
             await call(self.kube.delete, res, key[0], child.ref.name, child.uid)
             st.applied.pop(child.ref, None)
-            await post(self.kube, body, R.CHILD_PRUNED, f"deleted {child.ref} ({row.kind} no longer rendered by "
+            post(self.kube, body, R.CHILD_PRUNED, f"deleted {child.ref} ({row.kind} no longer rendered by "
                               f"generation {plan.generation})")
 
     async def _resource(self, api_version: str, kind: str) -> Resource | None:
@@ -408,12 +408,12 @@ class Controller(Watched):
             posted = (view.target, d.step or "", d.description)
             if st.rollout_posted != posted:
                 st.rollout_posted = posted
-                await post(self.kube, body, d.step or "", f"rollout from revision {d.source} to {view.target} "
+                post(self.kube, body, d.step or "", f"rollout from revision {d.source} to {view.target} "
                            f"({view.strategy}): {d.description}")
         for t in C.transitions((old or {}).get("conditions"), new["conditions"]):
             if st.posted.get(t.type) != (t.status, t.reason):
                 st.posted[t.type] = (t.status, t.reason)
-                await post(self.kube, body, t.reason, f"{t.type} is {t.status}: {t.message}", warning=t.warning)
+                post(self.kube, body, t.reason, f"{t.type} is {t.status}: {t.message}", warning=t.warning)
         desired = plan.desired() or {}
         self.metrics.set_state(key[0], key[1], new["phase"], {
             role: (w.ready if w else 0, desired.get(role)) for role, w in workloads.items()})

@@ -23,6 +23,7 @@ import kopf
 from specserving import GROUP, KIND, PLURAL, VERSION
 from specserving.imagebuild.job import BUILD_LABEL
 from specserving.kube import ApiError
+from specserving.reconcile import events
 from specserving.reconcile.controller import Controller
 from specserving.reconcile.errors import Blocked, Rejected
 from specserving.reconcile.image import build_job_of, build_pod_of
@@ -36,6 +37,7 @@ OWNED = {L.INSTANCE: kopf.PRESENT}
 BUILDS = {BUILD_LABEL: kopf.PRESENT}
 MANAGED = f"app.kubernetes.io/managed-by={L.FIELD_MANAGER}"
 TRANSIENT_RETRY_SECONDS = 5.0
+EVENTS_FLUSH_SECONDS = 5.0  # at stop, within the 30 s a Pod's termination grace gives the operator
 log = logging.getLogger("specserving.handlers")
 
 
@@ -82,6 +84,8 @@ def build_registry(controller: Controller, *, resync_seconds: float = 600.0) -> 
 
     @kopf.on.cleanup(id="stop", registry=reg)
     async def stop(**_: Any) -> None:
+        # What a pass said happened should reach `kubectl describe` even when the operator stops right after it.
+        await events.flush(timeout=EVENTS_FLUSH_SECONDS)
         for task in tasks:
             task.cancel()
 

@@ -91,5 +91,5 @@ async def move_others(kube: Kube, scale_down: ScaleDown, key: Key, body: dict[st
                 continue
             await call(kube.delete, res, key[0], child.ref.name, child.uid)
             row = kind_of({"apiVersion": child.api_version, "kind": child.ref.kind})
-            await post(kube, body, R.CHILD_PRUNED, f"deleted {row.kind} {child.ref.name}: revision {rev} is "
+            post(kube, body, R.CHILD_PRUNED, f"deleted {row.kind} {child.ref.name}: revision {rev} is "
                        f"drained (the router pairs revision {decision.router})")

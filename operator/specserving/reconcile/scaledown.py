@@ -47,7 +47,7 @@ class ScaleDown:
         if changes:
             await self._await_costs(key, changes)
             detail = ", ".join(f"{n}={c}" for n, c in sorted(changes.items(), key=lambda x: int(x[1])))
-            await post(self.kube, body, R.DELETION_COST_SET, f"{current.role} ({current.name}) scales from "
+            post(self.kube, body, R.DELETION_COST_SET, f"{current.role} ({current.name}) scales from "
                        f"{current.spec_replicas} to {wanted} replicas; pod-deletion-cost from running requests "
                        f"(lowest goes first): {detail}")
 
