@@ -35,7 +35,7 @@ DRAINING_OLD = "DrainingOld"  # the old revision goes to 0, its pods drain, its 
 STEPS = (SCALING_UP_NEW, SCALING_DOWN_OLD, SWITCHING_ROUTER, DRAINING_OLD)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pools:
     """One revision's prefill and decode workloads as observed."""
 
@@ -50,7 +50,7 @@ class Pools:
         return int(self.ready.get(role, 0))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Router:
     """The router Deployment as observed: the revision its pod template pairs, and whether its own rollout is
     done (every router pod runs that template and is Ready). revision None: there is no router Deployment."""
@@ -59,7 +59,7 @@ class Router:
     settled: bool = True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Strategy:
     """spec.rollout: Surge (max_surge None: the whole new revision first) or Stepped (max_surge replicas a step)."""
 
@@ -75,7 +75,7 @@ class Strategy:
         return cls(None if rollout.strategy == SURGE else rollout.max_surge)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Decision:
     """What to apply next."""
 
@@ -177,7 +177,7 @@ def _after_switch(target: str, wanted: dict[str, int], pools: Mapping[str, Pools
                     f"revision {source} drained and deleted; revision {shown(target)} to {_counts(wanted)}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PlannedStep:
     step: str
     description: str

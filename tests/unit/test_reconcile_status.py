@@ -3,6 +3,7 @@ merge patch (None when nothing changed, so an idle resync writes nothing)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -311,7 +312,7 @@ def rolling(step_pods: list[dict] | None = None) -> Observation:
                        next((f"pod {p['metadata']['name']}: {p['status']['conditions'][-1]['message']}"
                              for p in step_pods or []), None))
     o = observe()
-    return Observation(**{**o.__dict__, "rollout": view})
+    return dataclasses.replace(o, rollout=view)
 
 
 def test_a_rollout_reports_its_step_and_revisions_and_stays_ready() -> None:

@@ -27,7 +27,7 @@ def merge(old: list[dict[str, Any]] | None, new: list[dict[str, Any]], now: str)
     return merged
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Transition:
     """A condition change worth a Kubernetes event."""
 

@@ -31,7 +31,7 @@ LOG_TAIL_BYTES = 2000
 JOB_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BuildConfig:
     """Operator-wide build settings, fixed at start-up: the context (and so the fix's version), the defaults a
     SpecServing's spec.image.build may override, and the capability table."""
@@ -55,7 +55,7 @@ class BuildConfig:
 
 # -- what the watches saw ----------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BuildJob:
     """A build Job, boiled down."""
 
@@ -81,7 +81,7 @@ def build_job_of(body: Mapping[str, Any]) -> BuildJob:
         failed=failed is not None, failure=failure)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BuildPod:
     """A build Job's pod, boiled down to what the build's outcome and progress need."""
 
@@ -118,7 +118,7 @@ def build_pod_of(body: Mapping[str, Any]) -> BuildPod:
 
 # -- the verdict -------------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ImageVerdict:
     """The ImageReady condition, the image the pools run, and status.image."""
 

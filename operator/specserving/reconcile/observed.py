@@ -17,7 +17,7 @@ LOAD_ANNOTATION = "specserving.io/load"
 TEMPLATE_HASH = "pod-template-hash"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ChildRef:
     """Identity of a child: group, kind and name (the version may change without the object changing)."""
 
@@ -33,7 +33,7 @@ def ref_of(obj: dict[str, Any]) -> ChildRef:
     return ChildRef(obj["apiVersion"].rpartition("/")[0], obj["kind"], obj["metadata"]["name"])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Workload:
     """The replica counts of one pool's Deployment or LeaderWorkerSet."""
 
@@ -107,7 +107,7 @@ def workload_of(body: dict[str, Any]) -> Workload:
     )
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Child:
     """One observed child: identity, owner, and its body without status and managedFields (for drift checks).
 
@@ -145,14 +145,14 @@ def child_of(body: dict[str, Any], workload: bool = False) -> Child:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Termination:
     reason: str
     message: str
     exit_code: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ContainerState:
     """The parts of a container status that say whether it is failing."""
 
@@ -186,7 +186,7 @@ def container_of(cs: dict[str, Any]) -> ContainerState:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pod:
     """One pool pod as the status and the deletion-cost logic need it."""
 

@@ -26,7 +26,7 @@ from specserving.validation import validate
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Plan:
     """The verdict on one generation and, when admitted, its image plan and children."""
 
@@ -43,7 +43,9 @@ class Plan:
     base: Rendering | None = field(default=None, repr=False)
     # Why the base image cannot run the spec as-is (a build may fix that), or None.
     unrunnable: str | None = None
-    obj: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # What the rendering reads of the SpecServing's metadata (name, namespace, uid). Not the object itself: kept per
+    # SpecServing, that held its managedFields and kopf's copy of the spec as decoded JSON (issue 21's heap profile).
+    owner: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
     # The capability table the plan was made with (the operator's, or a test's).
     table: CapabilityTable = field(default_factory=load_capabilities, repr=False, compare=False)
     _rendered: dict[tuple[Any, ...], Rendering] = field(default_factory=dict, repr=False, compare=False)
@@ -97,7 +99,7 @@ class Plan:
         key = (image.ref, counts, router_deployment)
         if key not in self._rendered:
             assert self.spec is not None  # only admitted plans are rendered
-            self._rendered[key] = Rendering(render(self.spec, self.obj["metadata"], image, replicas=dict(counts),
+            self._rendered[key] = Rendering(render(self.spec, self.owner, image, replicas=dict(counts),
                                                    router_deployment=router_deployment, table=self.table))
         return self._rendered[key]
 
@@ -128,6 +130,7 @@ def _make_plan(obj: dict[str, Any], build: BuildConfig, policy: ServingPolicy | 
     uid, generation = meta.get("uid", ""), int(meta.get("generation") or 0)
     clean = {k: v for k, v in obj.items() if k != "status"}
     report = validate(clean, build.table, run_cel=False, policy=policy)
+    owner = {k: str(meta[k]) for k in ("name", "namespace", "uid") if meta.get(k)}
     warnings = tuple(str(w) for w in report.warnings)
     if report.errors:
         spec = None if report.malformed else report.spec
@@ -140,9 +143,9 @@ def _make_plan(obj: dict[str, Any], build: BuildConfig, policy: ServingPolicy | 
     problem = missing_builder(spec, image, build.table)
     if problem or image_plan.decision != NOT_NEEDED:
         return Plan(uid, generation, warnings=warnings, spec=spec, image=image, image_plan=image_plan,
-                    unrunnable=problem, obj=clean, table=build.table)
+                    unrunnable=problem, owner=owner, table=build.table)
     return Plan(uid, generation, warnings=warnings, spec=spec, image=image, image_plan=image_plan,
-                base=Rendering(render(spec, meta, image, table=build.table)), obj=clean, table=build.table)
+                base=Rendering(render(spec, owner, image, table=build.table)), owner=owner, table=build.table)
 
 
 def missing_builder(spec: SpecServingSpec, image: ResolvedImage, table: CapabilityTable) -> str | None:

@@ -15,7 +15,7 @@ from specserving.rollout import Decision
 Key = tuple[str, str]  # (namespace, name)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RolloutState:
     """The last pass's rollout decision, for the status report."""
 
@@ -24,7 +24,7 @@ class RolloutState:
     strategy: str
 
 
-@dataclass
+@dataclass(slots=True)
 class Applied:
     """A child as we last applied it: the rendering's digest and the API server's answer."""
 
@@ -33,7 +33,7 @@ class Applied:
     uid: str = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class OwnerState:
     """One SpecServing's memory: the work queue's fields first, then the converge pass's."""
 

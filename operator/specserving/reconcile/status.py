@@ -25,7 +25,7 @@ POOLS = (L.PREFILL, L.DECODE, L.ROUTER)
 POOL_CONDITION = {L.PREFILL: R.PREFILL_READY, L.DECODE: R.DECODE_READY, L.ROUTER: R.ROUTER_READY}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """What the reconciler decided about the current generation."""
 
@@ -44,7 +44,7 @@ class Outcome:
         return self.image is not None and self.image.reason == R.BUILDING
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RolloutView:
     """The rollout between PD-contract revisions as the last pass decided it."""
 
@@ -58,7 +58,7 @@ class RolloutView:
     unschedulable: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Observation:
     """Everything `compute` reads."""
 
