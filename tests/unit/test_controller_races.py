@@ -217,3 +217,22 @@ def test_an_invalid_child_in_the_dry_run_applies_nothing() -> None:
         assert "InvalidRenderedConfig" in str(exc), exc
     assert kube.applied == []
     assert "InvalidRenderedConfig" in str(kube.status_patches[-1])
+
+
+def test_a_watch_view_from_before_our_status_write_does_not_write_it_again() -> None:
+    body = owner()
+    kube = FakeKube()
+    c = controller(kube, body)
+
+    async def run() -> None:
+        assert await c.reconcile(KEY, body) == APPLIED
+        assert len(kube.status_patches) == 1
+        # The watch has not shown our write yet: the same body (its old status) comes back for the next pass.
+        assert await c.reconcile(KEY, body) == APPLIED
+        assert len(kube.status_patches) == 1, "the status just written was written again"
+        # A status changed by someone else since is judged against what the watch shows now.
+        changed = {**body, "status": {"phase": "Tampered"}}
+        assert await c.reconcile(KEY, changed) == APPLIED
+        assert len(kube.status_patches) == 2
+
+    asyncio.run(run())

@@ -35,6 +35,7 @@ from specserving.rendering import labels as L
 from specserving.rendering.kinds import kind_of
 from specserving.reconcile import rollouts
 from specserving.reconcile.observed import Child, ChildRef, Workload
+from specserving.reconcile.packed import fingerprint
 from specserving.reconcile.plan import Plan, make_plan, missing_builder
 from specserving.reconcile.queue import WorkQueue
 from specserving.reconcile.scaledown import ScaleDown
@@ -363,7 +364,7 @@ class Controller(Watched):
 
     def _old_status(self, st: OwnerState, body: dict[str, Any]) -> dict[str, Any] | None:
         seen = body.get("status")
-        if st.written is not None and seen == st.written[0]:
+        if st.written is not None and fingerprint(seen) == st.written[0]:
             return st.written[1]  # the watch still shows the status from before our last write
         return seen
 
@@ -402,7 +403,7 @@ class Controller(Watched):
                     raise Gone(f"{key[0]}/{key[1]} was deleted during the pass") from None
                 raise
             self.metrics.status_writes.inc()
-            st.written = (body.get("status"), new)
+            st.written = (fingerprint(body.get("status")), new)
         if view is not None and view.decision.rolling:
             d = view.decision
             posted = (view.target, d.step or "", d.description)

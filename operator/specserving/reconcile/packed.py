@@ -52,3 +52,10 @@ class Rendering:
     def packed_bytes(self) -> int:
         """What the children take here, for the memory figures."""
         return sum(len(p) for p in self._packed)
+
+
+def fingerprint(value: Any) -> bytes:
+    """16 bytes that stand for a JSON value in an equality test, where keeping the value itself would cost its
+    decoded size for every SpecServing (the status seen before our last write, for one)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.blake2b(text, digest_size=16).digest()

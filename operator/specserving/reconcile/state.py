@@ -51,8 +51,9 @@ class OwnerState:
     # applied again, even when its DELETED event came before our apply call returned.
     deleted: dict[ChildRef, str] = field(default_factory=dict)
     applied_generation: int | None = None
-    # The status before and after our last write, to tell a stale watch view from a fresh one.
-    written: tuple[Any, dict[str, Any]] | None = None
+    # The status before (its packed.fingerprint) and after our last write, to tell a stale watch view from a fresh
+    # one.
+    written: tuple[bytes, dict[str, Any]] | None = None
     # The last (status, reason) posted as an event per condition type, so no transition is posted twice.
     posted: dict[str, tuple[str, str]] = field(default_factory=dict)
     rollout: RolloutState | None = None
