@@ -23,7 +23,7 @@ import kopf
 from specserving import GROUP, KIND, PLURAL, VERSION
 from specserving.imagebuild.job import BUILD_LABEL
 from specserving.kube import ApiError
-from specserving.reconcile import events
+from specserving.reconcile import events, memory
 from specserving.reconcile.controller import Controller
 from specserving.reconcile.errors import Blocked, Rejected
 from specserving.reconcile.image import build_job_of, build_pod_of
@@ -37,6 +37,7 @@ OWNED = {L.INSTANCE: kopf.PRESENT}
 BUILDS = {BUILD_LABEL: kopf.PRESENT}
 MANAGED = f"app.kubernetes.io/managed-by={L.FIELD_MANAGER}"
 TRANSIENT_RETRY_SECONDS = 5.0
+WATCH_WORKER_IDLE_SECONDS = 0.5
 EVENTS_FLUSH_SECONDS = 5.0  # at stop, within the 30 s a Pod's termination grace gives the operator
 log = logging.getLogger("specserving.handlers")
 
@@ -72,6 +73,9 @@ def build_registry(controller: Controller, *, resync_seconds: float = 600.0) -> 
         settings.persistence.diffbase_storage = OwnerOnlyDiffBase(prefix=PREFIX, key="last-handled-configuration")
         settings.persistence.finalizer = f"{PREFIX}/finalizer"
         settings.posting.enabled = False  # the controller posts its own events, with CamelCase reasons
+        # kopf keeps an object's last raw watch event (managedFields and all) while its worker waits for the next
+        # one: 5 s by default, which in a burst is nearly every child and pod at once (issue 21's heap profile).
+        settings.queueing.idle_timeout = WATCH_WORKER_IDLE_SECONDS
         # Watch only our children, our pods (pool and build) and build Jobs: the filter runs in the API server.
         for kind in CHILD_KINDS:
             settings.watching.label_selectors[kind.group, kind.version, kind.plural] = L.INSTANCE
@@ -81,6 +85,7 @@ def build_registry(controller: Controller, *, resync_seconds: float = 600.0) -> 
         log.debug("indexes: %s", ", ".join(sorted(controller.indices)))
         if resync_seconds > 0:
             tasks.append(asyncio.get_running_loop().create_task(_resync(controller, resync_seconds)))
+        tasks.append(asyncio.get_running_loop().create_task(memory.trim_every()))
 
     @kopf.on.cleanup(id="stop", registry=reg)
     async def stop(**_: Any) -> None:
