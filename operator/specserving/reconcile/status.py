@@ -338,7 +338,20 @@ def _diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     return patch
 
 
+def _whole(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    patch: dict[str, Any] = {k: None for k in old if k not in new}
+    for k, v in new.items():
+        before = old.get(k)
+        patch[k] = _whole(before, v) if isinstance(before, Mapping) and isinstance(v, Mapping) else v
+    return patch
+
+
 def patch_for(old: Mapping[str, Any] | None, new: dict[str, Any]) -> dict[str, Any] | None:
-    """A JSON merge patch of .status that turns `old` into `new` (removing keys we do not write), or None."""
-    patch = _diff(old or {}, new)
-    return patch or None
+    """None when `old` already is `new`; otherwise a JSON merge patch that sets every field of `new` (and removes
+    the keys of `old` we no longer write). The whole status, not only what differs from `old`: `old` is the
+    operator's best knowledge of the stored status (the watch's view, or our last write while the watch lags), and
+    a patch of the difference alone would leave a field stale on the server whenever that knowledge was behind,
+    as Ready True beside a pool's "1/2" after two quick passes on a lagging watch."""
+    if not _diff(old or {}, new):
+        return None
+    return _whole(old or {}, new)
