@@ -291,7 +291,8 @@ wheel() {
     if [[ -z $w ]]; then
         python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
             -d "$CACHE/wheels" "$1==$2" >&2 || die "cannot download $1==$2 from PyPI"
-        w=$(compgen -G "$CACHE/wheels/${1//-/_}-$2-*.whl" | head -n1)
+        w=$(compgen -G "$CACHE/wheels/${1//-/_}-$2-*.whl" | head -n1 || true)
+        [[ -n $w ]] || die "pip downloaded $1==$2 but no cp311 wheel of it is in $CACHE/wheels"
     fi
     echo "$w"
 }

@@ -104,14 +104,18 @@ bridge_up() {
     if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
         ip link add "$BRIDGE" type bridge
     fi
-    ip addr show dev "$BRIDGE" | grep -q "inet $GATEWAY/" || ip addr add "$GATEWAY/16" dev "$BRIDGE"
+    # `replace` is idempotent. A test of `ip addr show | grep -q` is not reliable under pipefail: grep leaves at the first
+    # match, ip's next line (it writes one per address) dies of SIGPIPE, and the pipeline fails as if no match.
+    ip addr replace "$GATEWAY/16" dev "$BRIDGE"
     ip link set "$BRIDGE" up
     # Nothing a pod sends may leave this machine: no forwarding out of the bridge, and the fake pods' IPs (which a
     # real operator probes on scale-down) go nowhere, at once, instead of out of the default route.
     iptables -w -C FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP 2>/dev/null ||
         iptables -w -I FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP
     # Unless this machine itself uses that range (its resolver or a route there would go dark too).
-    if grep -qE '^nameserver 198\.1[89]\.' /etc/resolv.conf || ip route | grep -v '^blackhole' | grep -qE '198\.1[89]\.'; then
+    local routes
+    routes=$(ip route | grep -v '^blackhole' || true)
+    if grep -qE '^nameserver 198\.1[89]\.' /etc/resolv.conf || grep -qE '198\.1[89]\.' <<<"$routes"; then
         die "this machine uses $FAKE_POD_CIDR (resolver or route), which the local cluster gives kwok's fake pods"
     fi
     ip route replace blackhole "$FAKE_POD_CIDR"
@@ -327,9 +331,10 @@ kubelet_iptables_cleanup() {
 
 our_netns() {
     # The network namespaces containerd made for our pods: those with an address in the pod range.
-    local ns
+    local ns addrs
     for ns in $(ip netns list 2>/dev/null | awk '/^cni-/{print $1}'); do
-        ip netns exec "$ns" ip -o -4 addr show 2>/dev/null | grep -q " ${GATEWAY%.*.*}\." && echo "$ns"
+        addrs=$(ip netns exec "$ns" ip -o -4 addr show 2>/dev/null || true)
+        grep -q " ${GATEWAY%.*.*}\." <<<"$addrs" && echo "$ns"
     done
     return 0
 }
