@@ -504,11 +504,14 @@ class Validation(Report):
 
 
 def validate(obj: dict[str, Any], table: CapabilityTable | None = None, *, run_cel: bool = True,
-             policy: ServingPolicy | None = None) -> Validation:
+             run_schema: bool = True, policy: ServingPolicy | None = None) -> Validation:
     """Everything wrong with the SpecServing object `obj`: schema, CEL rules, then the semantic rules, and what the
     cluster admin's serving-pod `policy` forbids (None: no policy, as offline).
 
     `run_cel=False` skips the CEL rules, for callers behind an apiserver that has already applied them.
+    `run_schema=False` skips the structural schema too, for the one caller that sees an object the moment the
+    apiserver has checked it against the installed CRD: the admission webhook. A stored object read later may
+    predate a stricter schema (the apiserver does not re-check what it stored), so the reconciler keeps the check.
     """
     report = Validation()
     if obj.get("apiVersion") != API_VERSION or obj.get("kind") != KIND:
@@ -526,7 +529,8 @@ def validate(obj: dict[str, Any], table: CapabilityTable | None = None, *, run_c
             f'Invalid value: "{obj["metadata"]["name"]}": must be a DNS-1035 label (lower-case letters, digits and '
             "'-', starting with a letter): the children's Services are named after it")))
     full = structural.whole_numbers(defaulted(obj), schema())
-    report.errors += structural.check(full, schema())
+    if run_schema:
+        report.errors += structural.check(full, schema())
     if report.errors:
         report.malformed = True
         return report  # CEL and semantics assume the shape is right

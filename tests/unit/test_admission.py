@@ -22,6 +22,14 @@ def test_create_refusal_names_every_problem() -> None:
     assert "spec.speculative.algorithm" in msg and "spec.decode.extraArgs[0]" in msg
 
 
+def test_a_shape_that_got_past_the_apiserver_is_refused_with_the_schema_error_not_a_crash() -> None:
+    # The apiserver checks the schema before the webhook; under validation ratcheting an update may still carry a
+    # field the installed CRD no longer admits. The rules cannot read it, so the review falls back to the schema.
+    report = review(seed(**{"spec.model": 5}), seed())
+    assert not report.ok
+    assert [e.path for e in report.errors] == ["spec.model"], report.errors
+
+
 def test_create_warnings_are_returned() -> None:
     report = review(seed(**{"spec.prefill.speculativeDecoding": "Disabled"}), None)
     assert report.ok and report.warnings

@@ -7,6 +7,7 @@ from typing import Any
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from specserving.admission import review
 from specserving.api.loading import spec_of
 from specserving.capabilities import load
 from specserving.rendering import render
@@ -116,6 +117,26 @@ def test_arbitrary_engine_input_is_refused_with_paths_never_an_exception(junk: A
     report = validate(obj)
     for e in report.errors:
         assert e.path.startswith("spec."), e
+
+
+@settings(max_examples=200, deadline=None)
+@given(specservings())
+def test_the_webhook_skipping_the_schema_decides_as_the_full_check_does(obj: dict[str, Any]) -> None:
+    # Every object the apiserver's schema admits: review() leaves the schema to it and must decide the same.
+    assert not validate(obj, run_cel=False).malformed
+    fast, full = review(obj, None), validate(obj, run_cel=False)
+    assert (fast.errors, fast.warnings) == (full.errors, full.warnings)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers(-5, 100) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                        st.sampled_from(["tp", "dp", "algorithm", "backend", "ibDevices", "path"]),
+                        inner, max_size=3), max_leaves=8))
+def test_the_webhook_given_a_shape_the_schema_would_refuse_answers_and_never_raises(junk: Any) -> None:
+    obj = {"apiVersion": "specserving.io/v1alpha1", "kind": "SpecServing", "metadata": {"name": "a"},
+           "spec": {"model": junk, "image": {"base": "lmsysorg/sglang:v0.5.23"}, "engine": junk, "transfer": junk}}
+    review(obj, None)
 
 
 ALL_ENGINE_FIELDS = {"memFractionStatic": "0.8", "maxRunningRequests": 64, "chunkedPrefillSize": 4096,
