@@ -28,7 +28,7 @@ from specserving.metrics import APPLIED, Metrics
 from specserving.reconcile.controller import Controller
 from specserving.reconcile.events import flush
 from specserving.reconcile.observed import child_of, ref_of
-from specserving.reconcile.watched import OWNER_INDEX, POD_INDEX, child_index
+from specserving.reconcile.watched import OWNER_INDEX, POD_INDEX, StoredOwner, child_index
 from specserving.rendering import render
 from specserving.rendering.kinds import CHILD_KINDS
 
@@ -93,7 +93,7 @@ def owner() -> dict[str, Any]:
 
 def controller(kube: FakeKube, body: dict[str, Any]) -> Controller:
     c = Controller(kube, Metrics(CollectorRegistry()), probe_load=False)  # type: ignore[arg-type]
-    c.indices = {OWNER_INDEX: {KEY: [body]}, POD_INDEX: {}, **{child_index(k): {} for k in CHILD_KINDS}}
+    c.indices = {OWNER_INDEX: {KEY: [StoredOwner.of(body)]}, POD_INDEX: {}, **{child_index(k): {} for k in CHILD_KINDS}}
     return c
 
 

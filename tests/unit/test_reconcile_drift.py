@@ -50,12 +50,25 @@ def test_a_child_as_the_server_stores_it_matches_its_rendering(desired: dict) ->
     assert not needs_apply(desired, child_of(as_stored(desired)))
 
 
+def test_an_unsettled_child_keeps_its_body_compact_and_gives_it_back_whole() -> None:
+    stored = as_stored(rendered()[0])
+    child = child_of(stored)
+    assert child.whole and child.raw is not None
+    expected = {k: v for k, v in stored.items() if k != "status"}
+    expected["metadata"] = {k: v for k, v in stored["metadata"].items() if k != "managedFields"}
+    assert child.body == expected
+    first = child.body
+    assert first is not None
+    first["spec"] = {}  # a caller that edits its copy changes nothing kept
+    assert child.body == expected
+
+
 def test_a_settled_child_keeps_its_verdict_not_its_body() -> None:
     desired = rendered()[0]
     child = child_of(as_stored(desired))
     assert not needs_apply(desired, child, "d1")
     child.settle("d1")
-    assert child.body is None
+    assert child.body is None and not child.whole
     assert not needs_apply(desired, child, "d1")
     # Settled against another rendering (the spec changed since), or asked without a digest: apply.
     assert needs_apply(desired, child, "d2")

@@ -7,7 +7,7 @@ import asyncio
 import base64
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -98,9 +98,7 @@ class Builds:
         self.current[key] = ip
         if ip.decision != BUILD or not ip.build_key or not ip.build_name:
             return resolve(ip, self.config.table)
-        others: Iterable[Mapping[str, Any] | None] = (
-            b.get("status") for k in self.watched.known() if k[0] == namespace and k != key
-            if (b := self.watched.owner(k)) is not None)
+        others = ({"image": image} for image in self.watched.images_in(namespace, but=key))
         verdict = resolve(ip, self.config.table, remembered_ref=remembered([old_status, *others], ip),
                           job=self.watched.build_job(namespace, ip.build_key),
                           pods=self.watched.build_pods(namespace, ip.build_key))

@@ -234,11 +234,11 @@ class Controller(Watched):
             if mine is not None and mine.digest == dig and (
                     seen.resource_version == mine.resource_version if seen is not None
                     else st.deleted.get(ref) != mine.uid):
-                if seen is not None and seen.body is not None:
+                if seen is not None and seen.whole:
                     seen.settle(dig)  # what the API server made of our apply of this rendering
                 continue  # applied by us and unchanged since (or the watch has not caught up yet)
             # A settled child is judged by its digest alone: nothing to decode.
-            desired = None if seen is not None and seen.body is None else rendered.child(index)
+            desired = None if seen is not None and not seen.whole else rendered.child(index)
             if not needs_apply(desired, seen, dig):
                 assert seen is not None  # a missing child always needs applying
                 seen.settle(dig)

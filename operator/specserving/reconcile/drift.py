@@ -81,10 +81,11 @@ def needs_apply(desired: dict[str, Any] | None, observed: Child | None, digest: 
     for a settled child: its digest decides, and the rendering is not decoded (reconcile/packed.py)."""
     if observed is None:
         return True
-    if observed.body is None:
+    body = observed.body
+    if body is None:
         return not digest or observed.in_sync != digest
     assert desired is not None, "a child the watch shows whole is compared with its rendering"
-    return not matches(desired, observed.body)
+    return not matches(desired, body)
 
 
 def prunable(desired: Iterable[ChildRef], observed: Iterable[Child], owner_uid: str) -> list[Child]:

@@ -29,10 +29,11 @@ from specserving.reconcile.errors import Blocked, Rejected
 from specserving.reconcile.image import build_job_of, build_pod_of
 from specserving.rendering.kinds import CHILD_KINDS, ChildKind
 from specserving.reconcile.observed import child_of, pod_of, ref_of
-from specserving.reconcile.watched import BUILD_JOB_INDEX, BUILD_POD_INDEX, OWNER_INDEX, POD_INDEX, child_index
+from specserving.reconcile.watched import (BUILD_JOB_INDEX, BUILD_POD_INDEX, KOPF_PREFIX, OWNER_INDEX,
+                                          POD_INDEX, StoredOwner, child_index)
 from specserving.rendering import labels as L
 
-PREFIX = "operator.specserving.io"
+PREFIX = KOPF_PREFIX
 OWNED = {L.INSTANCE: kopf.PRESENT}
 BUILDS = {BUILD_LABEL: kopf.PRESENT}
 MANAGED = f"app.kubernetes.io/managed-by={L.FIELD_MANAGER}"
@@ -104,17 +105,7 @@ def build_registry(controller: Controller, *, resync_seconds: float = 600.0) -> 
 
     @kopf.index(GROUP, VERSION, PLURAL, id=OWNER_INDEX, registry=reg)
     async def index_owner(*, namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-        # managedFields is read by nothing here, and was a large part of each kept SpecServing body; nor are kopf's
-        # own annotations (a copy of the spec, kept by kopf on the object), which kopf reads from its event.
-        kept = dict(body)
-        meta = {k: v for k, v in body.get("metadata", {}).items() if k != "managedFields"}
-        annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if not k.startswith(f"{PREFIX}/")}
-        if annotations:
-            meta["annotations"] = annotations
-        else:
-            meta.pop("annotations", None)
-        kept["metadata"] = meta
-        return {(namespace, name): kept}
+        return {(namespace or "", name): StoredOwner.of(body)}
 
     @kopf.on.resume(GROUP, VERSION, PLURAL, id="reconcile", registry=reg)
     @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile", registry=reg)
