@@ -27,6 +27,12 @@ async def _occupied(d: Dispatcher) -> tuple[threading.Event, asyncio.Future[Any]
     return gate, first
 
 
+async def _step(d: Dispatcher, order: list[str], ticket: Ticket, name: str) -> None:
+    """One call of the pass holding `ticket`: it records `name` when it runs."""
+    with running_at(ticket):
+        await d.call(order.append, name)
+
+
 def test_calls_run_most_urgent_first_and_in_order_within_an_urgency() -> None:
     async def main() -> list[str]:
         d = Dispatcher(workers=1)
@@ -140,3 +146,41 @@ def test_while_spec_calls_run_the_other_lanes_share_two_threads() -> None:
         return while_spec, after
 
     assert asyncio.run(main()) == (calls.OTHERS_WHILE_SPEC, 4)
+
+
+def test_within_a_lane_the_older_pass_goes_first_and_a_change_to_a_running_one_before_both() -> None:
+    async def main() -> list[str]:
+        d = Dispatcher(workers=1)
+        gate, first = await _occupied(d)
+        order: list[str] = []
+        older, newer = Ticket(Urgency.SPEC), Ticket(Urgency.SPEC)
+        scale = Ticket(Urgency.SPEC, changes_running=True)
+
+        # The newer pass queued its step first; the older one's next step (its second wave, say) comes after.
+        tasks = [asyncio.ensure_future(_step(d, order, ticket, name))
+                 for ticket, name in ((newer, "newer"), (older, "older"), (scale, "scale"))]
+        await asyncio.sleep(0.05)
+        gate.set()
+        await asyncio.gather(first, *tasks)
+        return order
+
+    assert asyncio.run(main()) == ["scale", "older", "newer"]
+
+
+def test_a_raised_pass_goes_ahead_of_older_passes_in_its_new_lane() -> None:
+    async def main() -> list[str]:
+        d = Dispatcher(workers=1)
+        gate, first = await _occupied(d)
+        order: list[str] = []
+        new_object = Ticket(Urgency.SPEC)
+        held = Ticket(Urgency.FOLLOW_UP)
+
+        tasks = [asyncio.ensure_future(_step(d, order, new_object, "new object's apply")),
+                 asyncio.ensure_future(_step(d, order, held, "follow-up of the scaled one"))]
+        await asyncio.sleep(0.05)
+        d.move(held, Urgency.SPEC)
+        gate.set()
+        await asyncio.gather(first, *tasks)
+        return order
+
+    assert asyncio.run(main()) == ["follow-up of the scaled one", "new object's apply"]

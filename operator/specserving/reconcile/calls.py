@@ -5,8 +5,15 @@ a `kubectl scale`) is SPEC; a pass for a child, pod or build event is FOLLOW_UP;
 Events are posted at BACKGROUND whatever the pass. With a thousand SpecServings applied at once, the calls of later
 passes used to wait in one first-come queue (asyncio's default executor) behind the status writes, Events and pod
 follow-ups of the ones before; here a new object's applies, or one SpecServing's scale, go ahead of all of those.
-Calls of one urgency keep their order. While spec calls wait or run, the other lanes share two of the eight threads,
-so a burst's status writes and Events do not compete with its applies at the API server.
+While spec calls wait or run, the other lanes share two of the eight threads, so a burst's status writes and Events
+do not compete with its applies at the API server.
+
+Within a lane, the calls of the pass that started first go first, then in the order they were made. A pass makes
+its calls in steps (dry runs, then each wave of children, then the status), and every pass of a burst runs at once:
+in a first-come queue each step went behind the steps every other pass had queued meanwhile, so all of a burst's
+SpecServings got their children near its end. Oldest pass first, they get them in the order they came, as
+kubectl's own applies do. A change to a SpecServing that already has children (a `kubectl scale`, a new spec)
+goes ahead of the passes for new ones.
 
 A pass waiting on its calls holds its SpecServing's lock. When a more urgent pass for the same SpecServing waits
 for that lock (a scale arriving while a follow-up pass runs), `Ticket.raise_to` moves the waiting calls of the
@@ -18,8 +25,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import enum
+import heapq
+import itertools
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,14 +49,25 @@ class Urgency(enum.IntEnum):
     BACKGROUND = 3
 
 
+_ORDER = itertools.count()  # passes and calls, in the order they began
+
+
 @dataclass(eq=False)
 class Ticket:
-    """The urgency of one pass, shared by every call it makes (asyncio tasks it starts inherit it)."""
+    """The urgency of one pass, shared by every call it makes (asyncio tasks it starts inherit it), and its
+    place among the passes of its lane: changes to running SpecServings first, then by age."""
 
     urgency: Urgency
+    changes_running: bool = False
     waiting: dict[_Call, None] = field(default_factory=dict)  # in call order (an ordered set)
+    order: tuple[int, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.order = (0 if self.changes_running else 1, next(_ORDER))
 
     def raise_to(self, urgency: Urgency) -> None:
+        """A change to this pass's SpecServing waits for it: its waiting calls go to `urgency`, ahead of the
+        passes for new SpecServings there."""
         if urgency < self.urgency:
             DISPATCHER.move(self, urgency)
 
@@ -62,6 +81,7 @@ class _Call:
     context: contextvars.Context
     ticket: Ticket | None
     lane: Urgency
+    place: tuple[int, int, int]  # its pass's order, then its own
     taken: bool = False
 
 
@@ -89,7 +109,7 @@ class Dispatcher:
 
     def __init__(self, workers: int = WORKERS) -> None:
         self.workers = workers
-        self._lanes: tuple[deque[_Call], ...] = tuple(deque() for _ in Urgency)
+        self._lanes: tuple[list[tuple[tuple[int, int, int], _Call]], ...] = tuple([] for _ in Urgency)  # heaps
         self._waiting = [0] * len(Urgency)
         self._running = [0] * len(Urgency)
         self._cond = threading.Condition()
@@ -105,9 +125,11 @@ class Dispatcher:
         ticket = _CURRENT.get() if urgency is None else None
         lane = urgency if urgency is not None else current()
         loop = asyncio.get_running_loop()
-        item = _Call(fn, args, loop.create_future(), loop, contextvars.copy_context(), ticket, lane)
+        number = next(_ORDER)
+        place = (*ticket.order, number) if ticket is not None else (1, number, number)
+        item = _Call(fn, args, loop.create_future(), loop, contextvars.copy_context(), ticket, lane, place)
         with self._cond:
-            self._lanes[lane].append(item)
+            heapq.heappush(self._lanes[lane], (place, item))
             self._waiting[lane] += 1
             if ticket is not None:
                 ticket.waiting[item] = None
@@ -123,12 +145,14 @@ class Dispatcher:
     def move(self, ticket: Ticket, urgency: Urgency) -> None:
         with self._cond:
             ticket.urgency = urgency
+            ticket.order = (0, ticket.order[1])
             for item in ticket.waiting:
                 if item.lane > urgency:
                     # The old entry stays in its lane and is skipped there: _take checks the lane it was filed in.
                     self._waiting[item.lane] -= 1
                     item.lane = urgency
-                    self._lanes[urgency].append(item)
+                    item.place = (*ticket.order, item.place[2])
+                    heapq.heappush(self._lanes[urgency], (item.place, item))
                     self._waiting[urgency] += 1
 
     def _held_back(self) -> bool:
@@ -145,7 +169,7 @@ class Dispatcher:
             if number != Urgency.SPEC and self._held_back():
                 return None
             while lane:
-                item = lane.popleft()
+                _, item = heapq.heappop(lane)
                 if item.taken or item.lane != number:
                     continue
                 item.taken = True

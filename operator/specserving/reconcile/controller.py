@@ -91,7 +91,8 @@ class Controller(Watched):
         if st.ticket is not None:
             st.ticket.raise_to(Urgency.SPEC)  # the pass holding the lock is all that stands before this one
         async with st.lock:
-            with running_at(Ticket(Urgency.SPEC)):
+            # Children already applied: a scale or a new spec of a running SpecServing, ahead of new ones.
+            with running_at(Ticket(Urgency.SPEC, changes_running=bool(st.applied))):
                 return await self.converge(key, dict(body))
 
     def poke(self, key: Key, urgency: Urgency = Urgency.FOLLOW_UP) -> None:
