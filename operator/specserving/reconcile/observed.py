@@ -5,11 +5,10 @@ The kopf indexes store these summaries, so status and drift checks read memory, 
 
 from __future__ import annotations
 
-import json
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from specserving.reconcile.compact import pack, unpack
 from specserving.rendering.podsecurity import required_level
 from specserving.rendering import labels as L
 
@@ -113,7 +112,7 @@ def workload_of(body: dict[str, Any]) -> Workload:
 class Child:
     """One observed child: identity, owner, and its body without status and managedFields (for drift checks).
 
-    The body is kept packed (compact JSON through zlib, as packed.py keeps renderings) until a pass compares it with
+    The body is kept packed (compact.py, as packed.py keeps renderings) until a pass compares it with
     the rendering, and dropped once it matched: `settle` keeps that verdict (the rendering's digest) instead.
     Decoded, the watch bodies of the children were the largest thing kept per SpecServing, and in a burst every
     child holds one until its SpecServing's pass runs: the 11 children of one bench SpecServing, as the API server
@@ -138,7 +137,7 @@ class Child:
     @property
     def body(self) -> dict[str, Any] | None:
         """The body, decoded afresh on each read; None once settled."""
-        return json.loads(zlib.decompress(self.raw)) if self.raw is not None else None
+        return unpack(self.raw) if self.raw is not None else None
 
     def settle(self, digest: str) -> None:
         self.raw, self.in_sync = None, digest
@@ -154,7 +153,7 @@ def child_of(body: dict[str, Any], workload: bool = False) -> Child:
         uid=meta.get("uid", ""),
         resource_version=meta.get("resourceVersion", ""),
         owner_uids=tuple(o.get("uid", "") for o in meta.get("ownerReferences") or []),
-        raw=zlib.compress(json.dumps(trimmed, separators=(",", ":")).encode(), 1),
+        raw=pack(trimmed),
         workload=workload_of(body) if workload else None,
     )
 

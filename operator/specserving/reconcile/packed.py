@@ -16,6 +16,7 @@ import zlib
 from collections.abc import Iterable
 from typing import Any
 
+from specserving.reconcile.compact import unpack
 from specserving.reconcile.observed import ChildRef, ref_of
 
 
@@ -43,8 +44,7 @@ class Rendering:
 
     def child(self, index: int) -> dict[str, Any]:
         """A fresh copy of one child: callers may change it."""
-        decoded: dict[str, Any] = json.loads(zlib.decompress(self._packed[index]))
-        return decoded
+        return unpack(self._packed[index])
 
     def children(self) -> tuple[dict[str, Any], ...]:
         return tuple(self.child(i) for i in range(len(self)))
