@@ -211,10 +211,10 @@ def settle(operator: Operator | None, quiet: float = 1.0, timeout: float = 60.0)
         time.sleep(quiet)
         return
     deadline = time.monotonic() + timeout
-    last = total(operator.metrics(), "specserving_reconcile_total")
+    last = total(operator.metrics("specserving_reconcile_total"), "specserving_reconcile_total")
     while time.monotonic() < deadline:
         time.sleep(quiet)
-        now = total(operator.metrics(), "specserving_reconcile_total")
+        now = total(operator.metrics("specserving_reconcile_total"), "specserving_reconcile_total")
         if now == last:
             return
         last = now
@@ -240,7 +240,7 @@ class QueueDepth:
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                samples = self.op.metrics()
+                samples = self.op.metrics("specserving_passes_queued", "specserving_api_calls_waiting")
             except Exception:  # noqa: BLE001 - a missed sample is a gap in the series, not a failed bench
                 continue
             self.series["t"].append(round(time.monotonic() - self.t0, 2))

@@ -62,7 +62,8 @@ class Metrics:
                                    "SpecServings waiting for a converge pass (asked for, not started).", registry=r)
         self._phases: dict[tuple[str, str], str] = {}
         self._phase_counts: collections.Counter[str] = collections.Counter()
-        self._pools: dict[tuple[str, str], set[str]] = {}
+        # What the pool gauges hold per SpecServing: a pass that changes none of them touches no gauge.
+        self._pools: dict[tuple[str, str], dict[str, tuple[int, int | None]]] = {}
         for phase in PHASES:
             self.specservings.labels(phase).set(0)
         for result in ("started", "succeeded", "failed"):
@@ -89,7 +90,9 @@ class Metrics:
                 if changed is not None:
                     self._phase_counts[changed] += step
                     self.specservings.labels(changed).set(self._phase_counts[changed])
-        for pool in self._pools.pop(key, set()) - set(pools or {}):
+        if phase is not None and pools and self._pools.get(key) == pools:
+            return
+        for pool in set(self._pools.pop(key, {})) - set(pools or {}):
             for gauge in (self.pool_ready, self.pool_desired):
                 try:
                     gauge.remove(namespace, name, pool)
@@ -101,4 +104,4 @@ class Metrics:
             self.pool_ready.labels(namespace, name, pool).set(ready)
             if desired is not None:
                 self.pool_desired.labels(namespace, name, pool).set(desired)
-        self._pools[key] = set(pools)
+        self._pools[key] = dict(pools)

@@ -184,3 +184,26 @@ def test_a_raised_pass_goes_ahead_of_older_passes_in_its_new_lane() -> None:
         return order
 
     assert asyncio.run(main()) == ["follow-up of the scaled one", "new object's apply"]
+
+
+def test_a_poke_asks_whether_the_owner_exists_without_decoding_it() -> None:
+    states: dict[Key, OwnerState] = {}
+    decoded: list[Key] = []
+
+    def body_of(key: Key) -> dict[str, Any]:
+        decoded.append(key)
+        return {"metadata": {}}
+
+    async def converge(key: Key, body: dict[str, Any]) -> str:
+        return "applied"
+
+    async def main() -> None:
+        queue = WorkQueue(body_of, lambda key: states.setdefault(key, OwnerState()), converge,
+                          exists=lambda key: key == ("ns", "a"))
+        for _ in range(5):
+            queue.poke(("ns", "a"))
+        queue.poke(("ns", "gone"))  # no longer watched: no pass
+        await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+    assert decoded == [("ns", "a")], "only the pass decodes its owner"

@@ -236,3 +236,20 @@ def test_a_watch_view_from_before_our_status_write_does_not_write_it_again() -> 
         assert len(kube.status_patches) == 2
 
     asyncio.run(run())
+
+
+def test_once_the_watch_shows_our_status_write_the_pass_keeps_no_copy_of_it() -> None:
+    body = owner()
+    kube = FakeKube()
+    c = controller(kube, body)
+
+    async def run() -> None:
+        assert await c.reconcile(KEY, body) == APPLIED
+        written = c.owners[KEY].written
+        assert written is not None
+        caught_up = {**body, "status": written[1]}
+        assert await c.reconcile(KEY, caught_up) == APPLIED
+        assert c.owners[KEY].written is None, "the status written is still held after the watch showed it"
+        assert len(kube.status_patches) == 1
+
+    asyncio.run(run())

@@ -104,3 +104,40 @@ def test_a_bug_in_rendering_becomes_a_refused_plan_not_a_pass_that_raises(monkey
     assert not plan.admitted and plan.children == ()
     assert "operator bug" in plan.errors[0] and "KeyError" in plan.errors[0]
     assert "planning ns/dsv4-flash generation 4 failed" in caplog.text and "Traceback" in caplog.text
+
+
+def test_the_pool_gauges_follow_each_change_and_a_pass_that_changes_none_touches_none(monkeypatch) -> None:
+    m = Metrics(CollectorRegistry())
+    m.set_state("ns", "sv", "Progressing", {"decode": (0, 2), "prefill": (0, 1)})
+    touched: list[tuple[str, ...]] = []
+    labels = type(m.pool_ready).labels
+
+    def counting(self, *values: str):  # type: ignore[no-untyped-def]
+        touched.append(values)
+        return labels(self, *values)
+
+    monkeypatch.setattr(type(m.pool_ready), "labels", counting)
+    m.set_state("ns", "sv", "Progressing", {"decode": (0, 2), "prefill": (0, 1)})
+    assert touched == [], "an unchanged pass set the gauges again"
+    m.set_state("ns", "sv", "Ready", {"decode": (2, 2)})  # the prefill pool is no longer reported
+    text = generate_latest(m.registry).decode()
+    assert 'specserving_pool_replicas_ready{namespace="ns",pool="decode",specserving="sv"} 2.0' in text
+    assert 'pool="prefill"' not in text
+
+
+def test_the_revision_of_a_generation_is_hashed_once_per_image(monkeypatch) -> None:
+    import specserving.reconcile.plan as plan_module
+
+    plan = make_plan(stored())
+    assert plan.image is not None
+    hashed: list[object] = []
+    real = plan_module.contract_revision
+
+    def counting(*args: object, **kwargs: object) -> str:
+        hashed.append(args)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(plan_module, "contract_revision", counting)
+    first = plan.revision_for(plan.image)
+    assert [plan.revision_for(plan.image) for _ in range(3)] == [first] * 3
+    assert len(hashed) == 1

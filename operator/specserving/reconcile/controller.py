@@ -15,7 +15,6 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from specserving import API_VERSION, KIND, PLURAL
@@ -55,7 +54,7 @@ APPLY_RETRY_SECONDS = 60.0
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # a third of datetime.now(UTC).strftime's cost
 
 
 class Controller(Watched):
@@ -69,7 +68,7 @@ class Controller(Watched):
         self.build = build or BuildConfig()
         self.policy = policy  # the cluster admin's serving-pod policy, checked again before anything is applied
         self.owners: dict[Key, OwnerState] = {}
-        self.queue = WorkQueue(self.owner, self.state, self.converge)
+        self.queue = WorkQueue(self.owner, self.state, self.converge, self.has_owner)
         self.builds = Builds(kube, self.build, metrics, self)
         self.scale_down = ScaleDown(kube, self.pods, probe_load)
         self.serving = ServingChecks(kube, self.poke, enabled=serving_checks)
@@ -365,8 +364,13 @@ class Controller(Watched):
 
     def _old_status(self, st: OwnerState, body: dict[str, Any]) -> dict[str, Any] | None:
         seen = body.get("status")
-        if st.written is not None and fingerprint(seen) == st.written[0]:
+        if st.written is None:
+            return seen
+        if fingerprint(seen) == st.written[0]:
             return st.written[1]  # the watch still shows the status from before our last write
+        # The watch has caught up with the write (it only moves forward): later passes need neither the comparison
+        # (a JSON dump of the status, a tenth of a pass's CPU in issue 21's N=200 profile) nor the copy.
+        st.written = None
         return seen
 
     async def _report(self, key: Key, st: OwnerState, body: dict[str, Any], plan: Plan, outcome: S.Outcome,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -55,6 +55,14 @@ class OwnerOnlyDiffBase(kopf.AnnotationsDiffBaseStorage):
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
         if body.get("kind") != KIND:
             return kopf.BodyEssence()
+        if not extra_fields:
+            # kopf deep-copies what it is given and then drops the status and all of the metadata but labels and
+            # annotations: given only those, it copies a fifth of a SpecServing (the same essence; the copy of the
+            # whole body was 2% of the operator's CPU in issue 21's N=200 profile).
+            meta = body.get("metadata") or {}
+            body = kopf.Body(cast(kopf.RawBody, {
+                **{k: v for k, v in body.items() if k not in ("status", "metadata")},
+                "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if k in meta}}))
         return super().build(body=body, extra_fields=extra_fields)
 
     def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:

@@ -21,16 +21,20 @@ Converge = Callable[[Key, dict[str, Any]], Awaitable[str]]
 
 
 class WorkQueue:
-    """Runs `converge(key, body)` for the latest body `body_of(key)` whenever a SpecServing is poked."""
+    """Runs `converge(key, body)` for the latest body `body_of(key)` whenever a SpecServing is poked.
+
+    `exists(key)` answers whether a poke is worth a pass without decoding the body (every child and pod event, and
+    every resync, pokes; decoding the owner on each was a tenth of the operator's CPU in issue 21's N=200 profile)."""
 
     def __init__(self, body_of: Callable[[Key], dict[str, Any] | None], state_of: Callable[[Key], OwnerState],
-                 converge: Converge) -> None:
+                 converge: Converge, exists: Callable[[Key], bool] | None = None) -> None:
         self.body_of, self.state_of, self.converge = body_of, state_of, converge
+        self.exists = exists or (lambda key: body_of(key) is not None)
 
     def poke(self, key: Key, urgency: Urgency = Urgency.FOLLOW_UP) -> None:
         """Something about this SpecServing changed (a child, a pod, a resync): converge soon, once, at the most
         urgent of the pokes since."""
-        if self.body_of(key) is None:
+        if not self.exists(key):
             return
         st = self.state_of(key)
         st.dirty = True

@@ -52,7 +52,7 @@ class OwnerState:
     deleted: dict[ChildRef, str] = field(default_factory=dict)
     applied_generation: int | None = None
     # The status before (its packed.fingerprint) and after our last write, to tell a stale watch view from a fresh
-    # one.
+    # one; None once the watch has shown a status other than the one before the write.
     written: tuple[bytes, dict[str, Any]] | None = None
     # The last (status, reason) posted as an event per condition type, so no transition is posted twice.
     posted: dict[str, tuple[str, str]] = field(default_factory=dict)

@@ -71,6 +71,11 @@ class Watched:
         found = self._store(OWNER_INDEX, key)
         return found[0].body() if found else None
 
+    def has_owner(self, key: Key) -> bool:
+        """Whether the watch holds this SpecServing, without decoding it."""
+        index = self.indices.get(OWNER_INDEX)
+        return index is not None and bool(index.get(key))
+
     def images_in(self, namespace: str, but: Key) -> Iterator[Mapping[str, Any] | None]:
         """status.image of every other SpecServing of `namespace`."""
         index = self.indices.get(OWNER_INDEX)
