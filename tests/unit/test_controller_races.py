@@ -253,3 +253,77 @@ def test_once_the_watch_shows_our_status_write_the_pass_keeps_no_copy_of_it() ->
         assert len(kube.status_patches) == 1
 
     asyncio.run(run())
+
+
+def alike(name: str, uid: str, namespace: str = KEY[0]) -> dict[str, Any]:
+    """The seed SpecServing under another name and uid: the same shape (reconcile/accepted.py)."""
+    body = owner()
+    body["metadata"].update(name=name, namespace=namespace, uid=uid)
+    return body
+
+
+def watching(c: Controller, *bodies: dict[str, Any]) -> None:
+    stored = {(b["metadata"]["namespace"], b["metadata"]["name"]): [StoredOwner.of(b)] for b in bodies}
+    c.indices[OWNER_INDEX] = stored  # type: ignore[index]
+
+
+def reconcile(c: Controller, body: dict[str, Any]) -> str:
+    return asyncio.run(c.reconcile((body["metadata"]["namespace"], body["metadata"]["name"]), body))
+
+
+def test_a_new_specserving_shaped_like_one_just_accepted_is_not_dry_run_again() -> None:
+    first, second, elsewhere = owner(), alike("dsv4-flash-2", "owner-2"), alike("dsv4-flash", "owner-3", "other")
+    other_spec = alike("dsv4-flash-4", "owner-4")
+    other_spec["spec"]["prefill"]["replicas"] = 2
+    kube = FakeKube()
+    c = controller(kube, first)
+    watching(c, first, second, elsewhere, other_spec)
+    reconcile(c, first)
+    assert len(kube.dry_run) == 3
+    reconcile(c, second)
+    assert len(kube.dry_run) == 3, "the same spec in the same namespace was dry-run again"
+    assert sum(1 for kind, name in kube.applied if name.startswith("dsv4-flash-2")) == 11
+    reconcile(c, elsewhere)  # another namespace may have other admission policies
+    assert len(kube.dry_run) == 6
+    reconcile(c, other_spec)
+    assert len(kube.dry_run) == 9
+
+
+def test_a_refused_or_unjudged_dry_run_is_not_remembered() -> None:
+    first, second, third = owner(), alike("dsv4-flash-2", "owner-2"), alike("dsv4-flash-3", "owner-3")
+    kube = FakeKube()
+    c = controller(kube, first)
+    watching(c, first, second, third)
+    kube.dry_run_errors["Deployment"] = ApiError(422, "Invalid", 'Deployment "x" is invalid: spec.template: bad')
+    try:
+        reconcile(c, first)
+    except Exception as exc:  # noqa: BLE001 - blocked, as the test above shows
+        assert "InvalidRenderedConfig" in str(exc), exc
+    kube.dry_run_errors["Deployment"] = ApiError(404, "Not Found", 'serviceaccounts "x" not found')
+    reconcile(c, second)  # left to the apply: applied, but not proof for the next one
+    assert len(kube.dry_run) == 6
+    del kube.dry_run_errors["Deployment"]
+    reconcile(c, third)
+    assert len(kube.dry_run) == 9
+
+
+def test_a_change_to_running_workloads_neither_uses_nor_fills_the_accepted_shapes() -> None:
+    first, second = owner(), alike("dsv4-flash-2", "owner-2")
+    kube = FakeKube()
+    c = controller(kube, first)
+    watching(c, first, second)
+    reconcile(c, first)
+    observe(c, [{**child, "metadata": {**child["metadata"], "uid": "seen", "resourceVersion": "1"}}
+                for child in render(spec_of(first), first["metadata"])])
+    changed = copy.deepcopy(first)
+    changed["metadata"]["generation"] = 2
+    changed["spec"]["prefill"]["replicas"] = 2
+    watching(c, changed, second)
+    kube.dry_run.clear()
+    reconcile(c, changed)  # the prefill Deployment exists: its dry run is judged against it
+    assert kube.dry_run, "a change to a running workload was not dry-run"
+    second["spec"]["prefill"]["replicas"] = 2
+    watching(c, changed, second)
+    kube.dry_run.clear()
+    reconcile(c, second)  # the change above was no creation: it proves nothing for a new SpecServing
+    assert len(kube.dry_run) == 3

@@ -24,6 +24,7 @@ from specserving.metrics import APPLIED, BLOCKED, ERROR, REJECTED, Metrics
 from specserving.reconcile import conditions as C
 from specserving.reconcile import reasons as R
 from specserving.reconcile import status as S
+from specserving.reconcile.accepted import Accepted, Shape
 from specserving.reconcile.building import Builds
 from specserving.reconcile.calls import DISPATCHER, Ticket, Urgency, call, running_at
 from specserving.reconcile.drift import needs_apply, prunable
@@ -72,6 +73,7 @@ class Controller(Watched):
         self.builds = Builds(kube, self.build, metrics, self)
         self.scale_down = ScaleDown(kube, self.pods, probe_load)
         self.serving = ServingChecks(kube, self.poke, enabled=serving_checks)
+        self.accepted = Accepted()
         for urgency in Urgency:
             metrics.calls_waiting.labels(urgency.name.lower()).set_function(functools.partial(DISPATCHER.waiting,
                                                                                               urgency))
@@ -248,7 +250,17 @@ class Controller(Watched):
         if pending and st.dry_run_passed is not rendered:
             judged = [desired for _, desired, _, _ in pending if kind_of(desired).spec_shaped]
             if judged:
-                await self._dry_run(judged)
+                # A new SpecServing (none of its workloads exists) is judged by its shape: the same spec, image,
+                # replicas and namespace (accepted.py).
+                shaped = [ref for ref, (api_version, kind) in zip(rendered.refs, rendered.kinds, strict=True)
+                          if kind_of({"apiVersion": api_version, "kind": kind}).spec_shaped]
+                creating = len(judged) == len(shaped) and not any(ref in observed for ref in shaped)
+                shape = Shape(key[0], plan.spec_digest, image, tuple(sorted((decision.replicas.get(target) or {})
+                                                                           .items())), router_rendered) \
+                    if creating else None
+                if shape is None or not self.accepted.holds(shape):
+                    if await self._dry_run(judged) and shape is not None:
+                        self.accepted.add(shape)
             st.dry_run_passed = rendered
         # The children of one wave go to the API server at once; a wave waits for the one before it (kinds.py:
         # RoleBindings after their Role, workloads after their ServiceAccount, whose absence would make their
@@ -309,21 +321,23 @@ class Controller(Watched):
         out: dict[str, Any] = self.kube.apply(res, desired, dry_run=dry_run)
         return out
 
-    async def _dry_run(self, children: list[dict[str, Any]]) -> None:
+    async def _dry_run(self, children: list[dict[str, Any]]) -> bool:
         """The API server's dry run of the spec-shaped children a new rendering changes (kinds.py), before any
         child is applied: a child it refuses as invalid (400, 422) blocks the whole rendering
         (InvalidRenderedConfig), so a spec the schema admits but Kubernetes would half-apply changes nothing.
 
         Any other answer is left to the real apply, which reports it as before: a dry run cannot judge a child that
         needs another one created first (the RBAC check of a RoleBinding looks up its Role, which a dry run has not
-        created: 404 under the chart's ServiceAccount, measured), nor a transient failure."""
+        created: 404 under the chart's ServiceAccount, measured), nor a transient failure. True when the API server
+        accepted every child."""
         answers = await asyncio.gather(*(call(self._apply_child, child, True) for child in children),
                                        return_exceptions=True)
-        refused = []
+        refused, unjudged = [], 0
         for child, out in zip(children, answers, strict=True):
             if isinstance(out, ApiError) and out.status in (400, 422):
                 refused.append(f"{child['kind']} {child['metadata']['name']}: {out.message}")
             elif isinstance(out, ApiError):
+                unjudged += 1
                 log.debug("dry run of %s %s/%s: %s; left to the apply", child["kind"],
                           child["metadata"].get("namespace"), child["metadata"]["name"], out)
             elif isinstance(out, BaseException):
@@ -332,6 +346,7 @@ class Controller(Watched):
             raise Blocked(R.INVALID_RENDERED_CONFIG, "the API server refuses the rendered "
                           + "; ".join(refused) + "; nothing was applied: fix the spec (this is an operator bug when "
                           "the spec passed `specserving validate`)", retry=APPLY_RETRY_SECONDS)
+        return unjudged == 0  # every child accepted
 
     # -- status ---------------------------------------------------------------------------------------------------
 

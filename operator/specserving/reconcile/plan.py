@@ -4,6 +4,8 @@ caller per (uid, generation); rendering for an image that a build produced is ca
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,6 +35,9 @@ class Plan:
     uid: str
     generation: int
     errors: tuple[str, ...] = ()
+    # A digest of the spec as stored: with the owner, the image, the replicas and the router, what the rendering is
+    # a function of (accepted.py).
+    spec_digest: str = ""
     warnings: tuple[str, ...] = ()
     spec: SpecServingSpec | None = None
     # The base image, as the spec names it.
@@ -143,13 +148,14 @@ def _make_plan(obj: dict[str, Any], build: BuildConfig, policy: ServingPolicy | 
                     table=build.table)
     spec = report.spec
     assert spec is not None  # validate parses every object it does not call malformed
+    digest = hashlib.sha256(json.dumps(obj.get("spec"), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     image = base_image(spec)
     image_plan = plan_image(spec, build.table, fix_version=build.fix_version, default_registry=build.registry)
     problem = missing_builder(spec, image, build.table)
     if problem or image_plan.decision != NOT_NEEDED:
-        return Plan(uid, generation, warnings=warnings, spec=spec, image=image, image_plan=image_plan,
-                    unrunnable=problem, owner=owner, table=build.table)
-    return Plan(uid, generation, warnings=warnings, spec=spec, image=image, image_plan=image_plan,
+        return Plan(uid, generation, spec_digest=digest, warnings=warnings, spec=spec, image=image,
+                    image_plan=image_plan, unrunnable=problem, owner=owner, table=build.table)
+    return Plan(uid, generation, spec_digest=digest, warnings=warnings, spec=spec, image=image, image_plan=image_plan,
                 base=Rendering(render(spec, owner, image, table=build.table)), owner=owner, table=build.table)
 
 
