@@ -201,6 +201,20 @@ def test_webhook_outage_refuses_clearly_then_recovers(cluster: Cluster, namespac
         back.stop()
 
 
+def test_only_creates_and_spec_changes_reach_the_webhook(cluster: Cluster, namespace: str,
+                                                      webhook: WebhookOperator) -> None:
+    # The API server evaluates the configuration's matchConditions: with the webhook down and failing closed,
+    # what it still sends is refused and what it no longer sends goes through.
+    assert apply(cluster, namespace, seed()).returncode == 0
+    webhook.stop()
+    labelled = cluster.kubectl("label", "specserving", NAME, "-n", namespace, "team=serving", check=False)
+    assert labelled.returncode == 0, labelled.stderr
+    changed = apply(cluster, namespace, seed(**{"spec.decode.replicas": 3}))
+    assert changed.returncode != 0 and "failed calling webhook" in changed.stderr, changed.stderr
+    created = apply(cluster, namespace, seed(**{"metadata.name": "second"}))
+    assert created.returncode != 0 and "failed calling webhook" in created.stderr, created.stderr
+
+
 def test_a_namespace_whose_pod_security_level_refuses_the_pods_gets_a_warning(cluster: Cluster, namespace: str,
                                                                               webhook: WebhookOperator) -> None:
     cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=baseline")

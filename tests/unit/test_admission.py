@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import base64
+import re
 import ssl
 from pathlib import Path
 
+import yaml
 from cryptography import x509
 
 from specserving.admission import refusal_message, review
-from specserving.webhook.configuration import HANDLER_ID, validating_configuration
+from specserving.webhook.configuration import HANDLER_ID, SPEC_CHANGED, validating_configuration
 from specserving.webhook.tls import generate
 
 from .builders import seed
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_create_refusal_names_every_problem() -> None:
@@ -93,6 +97,16 @@ def test_configuration_fails_closed_with_a_short_timeout_on_our_resource_only() 
                               "scope": "Namespaced"}]
     assert hook["clientConfig"]["url"] == f"https://127.0.0.1:9443/{HANDLER_ID}"
     assert base64.b64decode(hook["clientConfig"]["caBundle"]) == b"PEM"
+
+
+def test_only_creates_and_spec_changes_are_sent_by_the_configuration_and_the_chart_alike() -> None:
+    (hook,) = validating_configuration(b"PEM", url="https://127.0.0.1:9443/")["webhooks"]
+    assert hook["matchConditions"] == [{"name": "spec-changed", "expression": SPEC_CHANGED}]
+    # The chart's template is Go-templated YAML: its lines for the condition, read as YAML on their own.
+    template = (REPO / "charts/specserving-operator/templates/webhook.yaml").read_text()
+    found = re.search(r"^  matchConditions:\n(?:  [-\s].*\n)+", template, re.MULTILINE)
+    assert found, "the chart's ValidatingWebhookConfiguration has no matchConditions"
+    assert yaml.safe_load(found.group(0))["matchConditions"] == hook["matchConditions"]
 
 
 def test_configuration_for_an_in_cluster_service() -> None:
