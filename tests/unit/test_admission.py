@@ -14,9 +14,7 @@ from specserving.admission import refusal_message, review
 from specserving.webhook.configuration import HANDLER_ID, SPEC_CHANGED, validating_configuration
 from specserving.webhook.tls import generate
 
-from .builders import seed
-
-REPO = Path(__file__).resolve().parents[2]
+from .builders import ROOT, seed
 
 
 def test_create_refusal_names_every_problem() -> None:
@@ -103,7 +101,7 @@ def test_only_creates_and_spec_changes_are_sent_by_the_configuration_and_the_cha
     (hook,) = validating_configuration(b"PEM", url="https://127.0.0.1:9443/")["webhooks"]
     assert hook["matchConditions"] == [{"name": "spec-changed", "expression": SPEC_CHANGED}]
     # The chart's template is Go-templated YAML: its lines for the condition, read as YAML on their own.
-    template = (REPO / "charts/specserving-operator/templates/webhook.yaml").read_text()
+    template = (ROOT / "charts/specserving-operator/templates/webhook.yaml").read_text()
     found = re.search(r"^  matchConditions:\n(?:  [-\s].*\n)+", template, re.MULTILINE)
     assert found, "the chart's ValidatingWebhookConfiguration has no matchConditions"
     assert yaml.safe_load(found.group(0))["matchConditions"] == hook["matchConditions"]
