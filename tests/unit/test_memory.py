@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
+import sys
 
 import pytest
 
@@ -36,3 +38,12 @@ def test_without_malloc_trim_the_loop_says_so_and_ends(monkeypatch: pytest.Monke
     with caplog.at_level(logging.INFO, logger="specserving.reconcile"):
         asyncio.run(asyncio.wait_for(memory.trim_every(0.01), timeout=5))
     assert "no malloc_trim" in caplog.text
+
+
+def test_the_operator_does_not_load_the_cel_interpreter() -> None:
+    # The API server runs the CRD's CEL rules before the webhook and the reconciler see an object; only the offline
+    # `specserving validate` runs them again. celpy and its lark grammar would be start-up RSS kept for nothing.
+    code = ("import sys, specserving.reconcile.runner, specserving.webhook.runtime, specserving.cli; "
+            "print(sorted(m for m in ('celpy', 'lark') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert proc.stdout.strip() == "[]"
