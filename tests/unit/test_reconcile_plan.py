@@ -106,23 +106,22 @@ def test_a_bug_in_rendering_becomes_a_refused_plan_not_a_pass_that_raises(monkey
     assert "planning ns/dsv4-flash generation 4 failed" in caplog.text and "Traceback" in caplog.text
 
 
-def test_the_pool_gauges_follow_each_change_and_a_pass_that_changes_none_touches_none(monkeypatch) -> None:
+def test_the_pool_gauges_follow_each_change_of_the_recorded_pools() -> None:
     m = Metrics(CollectorRegistry())
+    for i in range(50):
+        m.set_state("ns", f"sv{i}", "Progressing", {"decode": (0, 2), "prefill": (0, 1)})
     m.set_state("ns", "sv", "Progressing", {"decode": (0, 2), "prefill": (0, 1)})
-    touched: list[tuple[str, ...]] = []
-    labels = type(m.pool_ready).labels
-
-    def counting(self, *values: str):  # type: ignore[no-untyped-def]
-        touched.append(values)
-        return labels(self, *values)
-
-    monkeypatch.setattr(type(m.pool_ready), "labels", counting)
-    m.set_state("ns", "sv", "Progressing", {"decode": (0, 2), "prefill": (0, 1)})
-    assert touched == [], "an unchanged pass set the gauges again"
     m.set_state("ns", "sv", "Ready", {"decode": (2, 2)})  # the prefill pool is no longer reported
     text = generate_latest(m.registry).decode()
     assert 'specserving_pool_replicas_ready{namespace="ns",pool="decode",specserving="sv"} 2.0' in text
-    assert 'pool="prefill"' not in text
+    assert 'specserving_pool_replicas_desired{namespace="ns",pool="decode",specserving="sv"} 2.0' in text
+    assert 'pool="prefill",specserving="sv"' not in text
+    assert text.count("specserving_pool_replicas_ready{") == 101
+    m.set_state("ns", "sv", "Ready", {})
+    assert 'specserving="sv"' not in generate_latest(m.registry).decode()
+    for i in range(50):
+        m.set_state("ns", f"sv{i}", None)
+    assert "specserving_pool_replicas_ready{" not in generate_latest(m.registry).decode()
 
 
 def test_the_revision_of_a_generation_is_hashed_once_per_image(monkeypatch) -> None:
