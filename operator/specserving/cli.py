@@ -382,7 +382,8 @@ def _add_run(sub: Any) -> None:
     b.add_argument("--read-pull-secrets", action="store_true",
                    help="read the Secrets a SpecServing names in spec.image.pullSecrets to resolve a private base's "
                         "digest (needs get on Secrets; default: anonymous lookups only)")
-    p.add_argument("-v", "--verbose", action="store_true", help="log more")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="log more: kopf's line per handled object and the webhook's line per request")
     p.add_argument("--debug", action="store_true", help="log everything, kopf's internals included")
     p.set_defaults(func=cmd_run)
 
