@@ -18,7 +18,6 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 
 from .conftest import ROOT, VERSIONS, Run, Runner, python_run, runs_for
-import specserving.api.cel  # noqa: F401 - celpy raises the recursion limit on import; hypothesis refuses that mid-test
 
 pytestmark = pytest.mark.decode_path
 

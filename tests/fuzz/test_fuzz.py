@@ -22,7 +22,6 @@ from specserving import cli
 from specserving.validation import validate
 
 from tests.unit.builders import seed
-import specserving.api.cel  # noqa: F401 - celpy raises the recursion limit on import; hypothesis refuses that mid-test
 
 FUZZ_CASES = 10_000
 # (share of FUZZ_CASES) mutated objects are where the rules live; raw text is where the loader lives.

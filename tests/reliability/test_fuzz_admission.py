@@ -39,7 +39,6 @@ from specserving.validation import validate
 
 from .faults import FULL, events_text, expected_children, figure, size, tracebacks
 from .specs import mutated_specs, operator_invalid_specs, valid_specs
-import specserving.api.cel  # noqa: F401 - celpy raises the recursion limit on import; hypothesis refuses that mid-test
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(3600 if FULL else 420)]
 __all__ = ["webhook"]  # a fixture (tests/cluster/test_admission.py), used by name

@@ -40,7 +40,6 @@ from specserving.webhook.tls import generate
 
 from .faults import figure, forbidden_lines, size
 from .specs import valid_specs
-import specserving.api.cel  # noqa: F401 - celpy raises the recursion limit on import; hypothesis refuses that mid-test
 
 CONTEXT = REPO / "tests" / "unit" / "imagebuild" / "context"  # the unit tier's small build context
 ALLOWED_CAPABILITIES = {"IPC_LOCK"}

@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from .builders import ROOT, SEED_EXAMPLE, seed
-import specserving.api.cel  # noqa: F401 - celpy raises the recursion limit on import; hypothesis refuses that mid-test
 
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

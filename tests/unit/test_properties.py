@@ -12,7 +12,6 @@ from specserving.api.loading import spec_of
 from specserving.capabilities import load
 from specserving.rendering import render
 from specserving.validation import validate
-import specserving.api.cel  # noqa: F401 - celpy raises the recursion limit on import; hypothesis refuses that mid-test
 
 TABLE = load()
 
