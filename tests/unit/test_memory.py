@@ -47,3 +47,12 @@ def test_the_operator_does_not_load_the_cel_interpreter() -> None:
             "print(sorted(m for m in ('celpy', 'lark') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert proc.stdout.strip() == "[]"
+
+
+def test_the_operator_on_certificate_files_does_not_load_cryptography() -> None:
+    # The chart gives the webhook its certificate in files; only self mode (local clusters) makes one. cryptography
+    # maps OpenSSL's bindings on import (8.8 MiB of RSS), which such an operator would keep for nothing.
+    code = ("import sys, specserving.reconcile.runner, specserving.webhook.runtime, specserving.cli; "
+            "print('cryptography' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert proc.stdout.strip() == "False"

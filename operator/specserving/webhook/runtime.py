@@ -24,7 +24,6 @@ from specserving.kube import ApiError, Kube, StartupError
 from specserving.policy import ServingPolicy
 from specserving.webhook.configuration import CONFIGURATION_NAME, validating_configuration
 from specserving.webhook.handlers import NamespaceLevels, WebhookMetrics, register
-from specserving.webhook.tls import generate
 
 log = logging.getLogger(__name__)
 SELF, NONE = "self", "none"
@@ -67,6 +66,10 @@ def _server(opts: WebhookOptions) -> tuple[kopf.WebhookServer, bytes | None]:
                 raise StartupError(f"webhook TLS file {f} does not exist")
         return kopf.WebhookServer(addr=opts.listen, port=opts.port, host=opts.host, certfile=str(opts.certfile),
                                   pkeyfile=str(opts.keyfile), context=tls_context()), None
+    # Only self mode makes certificates: importing cryptography maps its OpenSSL bindings, 8.8 MiB of RSS that an
+    # operator on the chart's certificate files would keep for nothing (issue 21).
+    from specserving.webhook.tls import generate
+
     cert_dir = opts.cert_dir or Path(tempfile.mkdtemp(prefix="specserving-webhook-"))
     hosts = [opts.host] + (["localhost"] if opts.host != "localhost" else [])
     material = generate(cert_dir, hosts)
