@@ -34,6 +34,13 @@ def ref_of(obj: dict[str, Any]) -> ChildRef:
     return ChildRef(obj["apiVersion"].rpartition("/")[0], obj["kind"], obj["metadata"]["name"])
 
 
+def family_of(obj: dict[str, Any], source: str) -> tuple[str, str, str, str]:
+    """The family a child packs with (compact.py): where it comes from (a rendering, a watch), its apiVersion and
+    kind, and its pool role. Not its name: that carries the owner's name and the revision."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return source, str(obj.get("apiVersion", "")), str(obj.get("kind", "")), str(labels.get(L.ROLE, ""))
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
     """The replica counts of one pool's Deployment or LeaderWorkerSet."""
@@ -125,6 +132,8 @@ class Child:
     resource_version: str
     owner_uids: tuple[str, ...]
     raw: bytes | None = field(repr=False)
+    # The preset dictionary raw was packed against (compact.py): shared by every child of the family.
+    dictionary: bytes = field(repr=False)
     workload: Workload | None = None
     # The digest of the rendering this child's body matched, once settled (raw is then None).
     in_sync: str = ""
@@ -137,7 +146,7 @@ class Child:
     @property
     def body(self) -> dict[str, Any] | None:
         """The body, decoded afresh on each read; None once settled."""
-        return unpack(self.raw) if self.raw is not None else None
+        return unpack(self.raw, self.dictionary) if self.raw is not None else None
 
     def settle(self, digest: str) -> None:
         self.raw, self.in_sync = None, digest
@@ -147,13 +156,15 @@ def child_of(body: dict[str, Any], workload: bool = False) -> Child:
     meta = body.get("metadata", {})
     trimmed = {k: v for k, v in body.items() if k != "status"}
     trimmed["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    raw, dictionary = pack(trimmed, family_of(body, "watch"))
     return Child(
         ref=ref_of(body),
         api_version=body["apiVersion"],
         uid=meta.get("uid", ""),
         resource_version=meta.get("resourceVersion", ""),
         owner_uids=tuple(o.get("uid", "") for o in meta.get("ownerReferences") or []),
-        raw=pack(trimmed),
+        raw=raw,
+        dictionary=dictionary,
         workload=workload_of(body) if workload else None,
     )
 

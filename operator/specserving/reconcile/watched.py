@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specserving.rendering.kinds import CHILD_KINDS, ChildKind
-from specserving.reconcile.compact import pack, unpack
+from specserving.reconcile.compact import NO_DICTIONARY, pack, unpack
 from specserving.reconcile.observed import Child, ChildRef, Pod
 from specserving.reconcile.state import Key
 
@@ -37,6 +37,8 @@ class StoredOwner:
 
     raw: bytes
     image: Mapping[str, Any] | None
+    # The preset dictionary raw was packed against (compact.py), shared by every SpecServing.
+    dictionary: bytes = NO_DICTIONARY
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> StoredOwner:
@@ -51,10 +53,11 @@ class StoredOwner:
             meta.pop("annotations", None)
         kept["metadata"] = meta
         image = (body.get("status") or {}).get("image")
-        return cls(pack(kept), image or None)
+        raw, dictionary = pack(kept, ("owner", str(body.get("apiVersion", ""))))
+        return cls(raw, image or None, dictionary)
 
     def body(self) -> dict[str, Any]:
-        return unpack(self.raw)
+        return unpack(self.raw, self.dictionary)
 
 
 class Watched:
