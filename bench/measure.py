@@ -50,6 +50,7 @@ class Settings:
     timeout_per_sps: float = 3.0
     profile: bool = False  # py-spy the operator during the apply and webhook phases
     heap_profile: bool = False  # tracemalloc in the operator; its heap by line once every SpecServing is Ready
+    webhook_mode: str = "chart"  # bench/operating.py: certificate files as the chart gives them, or "self"
 
     def resync(self) -> float:
         return self.resync_seconds if self.resync_seconds is not None else max(2.0, self.idle_seconds / 5)

@@ -214,6 +214,10 @@ def targets(results: dict[str, Any]) -> list[list[str]]:
     return out
 
 
+WEBHOOK_MODES = {"chart": "certificate files, as the Helm chart runs it",
+                 "self": "a certificate it makes itself (self mode, as on local clusters)"}
+
+
 def markdown_table(header: list[str], body: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in body]
@@ -230,10 +234,12 @@ containers; the cluster is recreated when N changes) and on it:
    deployment/...-decode --replicas=2` on a few of them, one at a time. Its Deployments are then deleted to free
    the nodes.
 2. **Webhook** (for the first N only: it does not depend on N): `specserving run --namespace bench-op-N` starts
-   with the validating webhook in self mode (its configuration limited to `bench-op-N`). At each rate,
-   server-side dry-run creates of the same SpecServing go through the API server in `bench-op-N` (the API server
-   calls the webhook) and in `bench-base-N` (no webhook), in alternating one-second blocks, and a third series
-   posts AdmissionReviews straight to the webhook. Latency is from sending a request to its answer; the
+   with the validating webhook as the Helm chart runs it: certificate files made by the bench, and a
+   ValidatingWebhookConfiguration (limited to `bench-op-N`) that the bench applies. With `--webhook-mode self`
+   the operator makes both, and so imports cryptography (8.8 MiB more RSS); pages before 2026-12-07 used that.
+   At each rate, server-side dry-run creates of the same SpecServing go through the API server in `bench-op-N`
+   (the API server calls the webhook) and in `bench-base-N` (no webhook), in alternating one-second blocks, and a
+   third series posts AdmissionReviews straight to the webhook. Latency is from sending a request to its answer; the
    "achieved" rate says whether the client kept the schedule.
 3. **Operator**: N SpecServings (the seed example with 1 prefill and 1 decode replica: two whole GPU nodes each)
    in one `kubectl apply --server-side -f`, then `kubectl scale sps/... --replicas=2` on as many as the baseline
@@ -281,7 +287,8 @@ def write(results: dict[str, Any], md: Path, png: Path) -> str:
         f"Settings: sizes {', '.join(map(str, st['sizes']))}; idle window {_per_size(st['idle_seconds'])} s with "
         f"a resync every {_per_size(st['resync_seconds'])} s; {st['scale_samples']} scale samples per side; webhook at "
         f"{', '.join(f'{x:g}' for x in st['webhook_rates'])} requests/s for {st['webhook_seconds']:g} s per series; "
-        f"fake 8-GPU nodes for each N: {st['nodes']}.", "",
+        f"fake 8-GPU nodes for each N: {st['nodes']}; the webhook on "
+        f"{WEBHOOK_MODES.get(st.get('webhook_mode', 'self'), st.get('webhook_mode'))}.", "",
         "## Targets", "", target_table, "",
         "## Every figure", "", figures, "",
         f"![apply latency against N]({png.name})", "",
