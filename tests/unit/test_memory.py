@@ -1,15 +1,19 @@
-"""The periodic heap trim: real on glibc (this machine and the operator image), absent elsewhere."""
+"""The operator's memory: the periodic heap trim (real on glibc, absent elsewhere), what it imports, what it shares."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
 from specserving.reconcile import memory
+from specserving.reconcile.observed import child_of, pod_of
+from specserving.rendering import labels as L
 
 
 def _rss_kib() -> int:
@@ -56,3 +60,24 @@ def test_the_operator_on_certificate_files_does_not_load_cryptography() -> None:
             "print('cryptography' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert proc.stdout.strip() == "False"
+
+
+def test_summaries_of_watched_objects_share_the_strings_they_have_in_common() -> None:
+    # Each watch event is decoded afresh; the summaries kept of thousands of children and pods must not each hold
+    # their own copy of a kind, a group, a role or an owner's uid.
+    def deployment(name: str) -> dict[str, Any]:
+        return json.loads(json.dumps({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "7",
+                         "labels": {L.ROLE: "decode", L.REVISION: "6942fe8a"},
+                         "ownerReferences": [{"uid": "owner-uid-1"}]},
+            "spec": {"replicas": 1}, "status": {"readyReplicas": 1}}))
+
+    one, two = child_of(deployment("a-decode"), workload=True), child_of(deployment("b-decode"), workload=True)
+    assert one.ref.group is two.ref.group and one.ref.kind is two.ref.kind and one.api_version is two.api_version
+    assert one.owner_uids[0] is two.owner_uids[0]
+    assert one.workload is not None and two.workload is not None
+    assert one.workload.role is two.workload.role and one.workload.revision is two.workload.revision
+    pods = [pod_of(json.loads(json.dumps({"metadata": {"name": n, "labels": {L.ROLE: "decode"}},
+                                          "status": {"phase": "Running"}}))) for n in ("p1", "p2")]
+    assert pods[0].role is pods[1].role and pods[0].phase is pods[1].phase

@@ -6,6 +6,7 @@ The kopf indexes store these summaries, so status and drift checks read memory, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from sys import intern
 from typing import Any
 
 from specserving.reconcile.compact import pack, unpack
@@ -30,8 +31,11 @@ class ChildRef:
         return f"{self.kind}/{self.name}"
 
 
+# The summaries below are kept for every watched object, and each decoded watch event brings its own copy of
+# strings that thousands of objects share (kinds, groups, roles, phases, an owner's uid): interned, all the
+# summaries hold one copy. A settled child took 790 bytes before, 480 after (tracemalloc, 3,300 bench children).
 def ref_of(obj: dict[str, Any]) -> ChildRef:
-    return ChildRef(obj["apiVersion"].rpartition("/")[0], obj["kind"], obj["metadata"]["name"])
+    return ChildRef(intern(obj["apiVersion"].rpartition("/")[0]), intern(obj["kind"]), obj["metadata"]["name"])
 
 
 def family_of(obj: dict[str, Any], source: str) -> tuple[str, str, str, str]:
@@ -96,7 +100,7 @@ def workload_of(body: dict[str, Any]) -> Workload:
             replica_failure = cond.get("message") or cond.get("reason") or "pods could not be created"
     level, reasons = required_level(template.get("spec") or {})
     return Workload(
-        kind=body.get("kind", ""),
+        kind=intern(body.get("kind", "")),
         name=meta.get("name", ""),
         spec_replicas=int(spec.get("replicas", 1)),
         generation=int(meta.get("generation", 0)),
@@ -106,11 +110,11 @@ def workload_of(body: dict[str, Any]) -> Workload:
         updated=int(status.get("updatedReplicas", 0)),
         deadline_exceeded=deadline,
         replica_failure=replica_failure,
-        pod_level=level,
-        pod_level_reasons=tuple(reasons),
-        role=labels.get(L.ROLE, ""),
-        revision=labels.get(L.REVISION, ""),
-        template_revision=template_labels.get(L.REVISION, ""),
+        pod_level=intern(level),
+        pod_level_reasons=tuple(intern(r) for r in reasons),
+        role=intern(labels.get(L.ROLE, "")),
+        revision=intern(labels.get(L.REVISION, "")),
+        template_revision=intern(template_labels.get(L.REVISION, "")),
         group_size=int((spec.get("leaderWorkerTemplate") or {}).get("size", 1)),
     )
 
@@ -159,10 +163,10 @@ def child_of(body: dict[str, Any], workload: bool = False) -> Child:
     raw, dictionary = pack(trimmed, family_of(body, "watch"))
     return Child(
         ref=ref_of(body),
-        api_version=body["apiVersion"],
+        api_version=intern(body["apiVersion"]),
         uid=meta.get("uid", ""),
         resource_version=meta.get("resourceVersion", ""),
-        owner_uids=tuple(o.get("uid", "") for o in meta.get("ownerReferences") or []),
+        owner_uids=tuple(intern(o.get("uid", "")) for o in meta.get("ownerReferences") or []),
         raw=raw,
         dictionary=dictionary,
         workload=workload_of(body) if workload else None,
@@ -200,7 +204,7 @@ def _termination(state: dict[str, Any] | None) -> Termination | None:
 def container_of(cs: dict[str, Any]) -> ContainerState:
     waiting = (cs.get("state") or {}).get("waiting") or {}
     return ContainerState(
-        name=cs.get("name", ""),
+        name=intern(cs.get("name", "")),
         ready=bool(cs.get("ready")),
         restarts=int(cs.get("restartCount", 0)),
         waiting_reason=waiting.get("reason"),
@@ -242,9 +246,9 @@ def pod_of(body: dict[str, Any]) -> Pod:
     return Pod(
         name=meta.get("name", ""),
         uid=meta.get("uid", ""),
-        role=labels.get(L.ROLE, ""),
-        revision=labels.get(L.REVISION, ""),
-        phase=status.get("phase") or "Pending",
+        role=intern(labels.get(L.ROLE, "")),
+        revision=intern(labels.get(L.REVISION, "")),
+        phase=intern(status.get("phase") or "Pending"),
         ready=ready,
         deleting=bool(meta.get("deletionTimestamp")),
         ip=status.get("podIP"),
