@@ -29,6 +29,11 @@ from specserving.rendering.labels import FIELD_MANAGER
 USER_AGENT = f"specserving-operator/{__version__}"
 APPLY = "application/apply-patch+yaml"  # JSON is YAML, so the body is sent as JSON
 MERGE = "application/merge-patch+json"
+JSON = "application/json"
+# The answer to a write as its metadata only, where the server offers it (the API server does for every verb), else
+# the whole object: a caller that reads the new resourceVersion and uid need not receive and decode the spec and
+# status of every child it applies.
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
 TIMEOUT = (5.0, 30.0)  # connect, read
 
 
@@ -151,9 +156,9 @@ class Kube:
     # -- requests -------------------------------------------------------------------------------------------
 
     def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
-                content_type: str | None = None, verb: str | None = None) -> Any:
+                content_type: str | None = None, verb: str | None = None, accept: str = JSON) -> Any:
         """One API call; returns the decoded JSON body. Raises ApiError on any non-2xx answer."""
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if content_type:
             headers["Content-Type"] = content_type
         resource = resource_of(path)
@@ -220,20 +225,23 @@ class Kube:
         found: dict[str, Any] = self.request("GET", res.path(namespace, name))
         return found
 
-    def apply(self, res: Resource, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+    def apply(self, res: Resource, obj: dict[str, Any], *, dry_run: bool = False,
+              metadata_only: bool = False) -> dict[str, Any]:
         """Server-side apply of `obj` under the operator's field manager, taking over conflicting fields; with
-        `dry_run`, validated and admitted by the API server but not stored."""
+        `dry_run`, validated and admitted by the API server but not stored. The answer is the object as stored,
+        or with `metadata_only` its metadata (METADATA_ONLY)."""
         meta = obj["metadata"]
         query = {"fieldManager": FIELD_MANAGER, "force": "true", **({"dryRun": "All"} if dry_run else {})}
         applied: dict[str, Any] = self.request(
             "PATCH", res.path(meta.get("namespace"), meta["name"]), query=query, body=obj, content_type=APPLY,
-            verb="APPLY")
+            verb="APPLY", accept=METADATA_ONLY if metadata_only else JSON)
         return applied
 
     def merge_patch(self, res: Resource, namespace: str | None, name: str, patch: dict[str, Any],
-                    subresource: str | None = None) -> dict[str, Any]:
+                    subresource: str | None = None, *, metadata_only: bool = False) -> dict[str, Any]:
         patched: dict[str, Any] = self.request("PATCH", res.path(namespace, name, subresource),
-                                               query={"fieldManager": FIELD_MANAGER}, body=patch, content_type=MERGE)
+                                               query={"fieldManager": FIELD_MANAGER}, body=patch, content_type=MERGE,
+                                               accept=METADATA_ONLY if metadata_only else JSON)
         return patched
 
     def delete(self, res: Resource, namespace: str | None, name: str, uid: str) -> None:

@@ -1,4 +1,4 @@
-"""The operator's API client reads what the real API server says when it refuses a request."""
+"""The operator's API client against the real API server: its refusals, and answers asked for as metadata only."""
 
 from __future__ import annotations
 
@@ -39,3 +39,33 @@ def test_a_terminating_namespace_is_told_apart_from_other_refusals(cluster: Clus
                         "-p", json.dumps({"metadata": {"finalizers": None}}), check=False)
     missing = _event_error(kube, f"{namespace}-never-made")
     assert missing.status == 404 and not missing.namespace_terminating, (missing, missing.causes)
+
+
+def test_writes_asked_for_metadata_only_answer_with_the_stored_version(cluster: Cluster, namespace: str) -> None:
+    # The reconciler reads only resourceVersion and uid of an apply's answer and nothing of a status write's; it
+    # asks the API server for PartialObjectMetadata so that the spec and status are neither sent nor decoded.
+    kube = Kube(load_configuration(str(cluster.kubeconfig)))
+    configmaps = kube.resource("v1", "ConfigMap")
+    assert configmaps is not None
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "partial", "namespace": namespace},
+                  "data": {"big": "x" * 10_000}}
+    answer = kube.apply(configmaps, config_map, metadata_only=True)
+    stored = kube.get(configmaps, namespace, "partial")
+    assert answer["kind"] == "PartialObjectMetadata" and "data" not in answer, sorted(answer)
+    assert answer["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
+    assert answer["metadata"]["uid"] == stored["metadata"]["uid"]
+    assert kube.apply(configmaps, config_map)["data"] == config_map["data"]  # whole unless asked otherwise
+
+    deployments = kube.resource("apps/v1", "Deployment")
+    assert deployments is not None
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "partial", "namespace": namespace},
+                  "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "partial"}},
+                           "template": {"metadata": {"labels": {"app": "partial"}},
+                                        "spec": {"containers": [{"name": "c", "image": "example.invalid/c"}]}}}}
+    kube.apply(deployments, deployment)
+    patched = kube.merge_patch(deployments, namespace, "partial", {"status": {"observedGeneration": 7}}, "status",
+                               metadata_only=True)
+    # (Not compared with a GET: the Deployment controller may write the status again in between.)
+    assert patched["kind"] == "PartialObjectMetadata" and "status" not in patched, sorted(patched)
+    assert patched["metadata"]["resourceVersion"]

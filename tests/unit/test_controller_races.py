@@ -56,7 +56,9 @@ class FakeKube:
     def cached(self, api_version: str) -> None:
         return None  # every lookup goes through resource()
 
-    def apply(self, res: Resource, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+    def apply(self, res: Resource, obj: dict[str, Any], *, dry_run: bool = False,
+              metadata_only: bool = False) -> dict[str, Any]:
+        # Whole objects even when metadata_only asks for less: the tests keep them as what the watch shows.
         if self.apply_error is not None:
             raise self.apply_error
         if dry_run:
@@ -74,7 +76,7 @@ class FakeKube:
         return out
 
     def merge_patch(self, res: Resource, namespace: str | None, name: str, patch: dict[str, Any],
-                    subresource: str | None = None) -> dict[str, Any]:
+                    subresource: str | None = None, *, metadata_only: bool = False) -> dict[str, Any]:
         if subresource == "status":
             if self.status_error is not None:
                 raise self.status_error
@@ -122,8 +124,9 @@ def test_a_child_deleted_before_our_apply_returned_is_applied_again() -> None:
         kube.on_apply[pdb] = deleted_at_once
         orig = kube.apply
 
-        def apply(res: Resource, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
-            out = orig(res, obj, dry_run=dry_run)
+        def apply(res: Resource, obj: dict[str, Any], *, dry_run: bool = False,
+                  metadata_only: bool = False) -> dict[str, Any]:
+            out = orig(res, obj, dry_run=dry_run, metadata_only=metadata_only)
             if not dry_run:
                 created.append(out)
             return out
