@@ -100,11 +100,12 @@ def test_bench_runs_and_reports_every_figure(run: tuple[subprocess.CompletedProc
     assert op["log_errors"] == 0
     for k in ("nproc", "memory_gib", "kubernetes", "python", "kopf"):
         assert results["machine"][k], k
+    assert results["settings"]["webhook_mode"] == "chart", "the webhook runs on certificate files, as the chart's"
 
     md = (out / "benchmarks.md").read_text()
     for words in ("## Targets", "within 1.2x of raw SSA", "within 1.5x of scaling the Deployment",
                   "zero writes on an idle resync", "200 MiB RSS", "webhook p99", "## Every figure", f"N={N}",
-                  "benchmarks-latency.png", "Kubernetes v1."):
+                  "benchmarks-latency.png", "Kubernetes v1.", "the webhook on certificate files"):
         assert words in md, words
     figures = md.split("## Every figure")[1].split("## Method")[0]
     assert "| - |" not in figures, f"a figure is missing in the table:\n{figures}"
