@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 from specserving.api.loading import spec_of
 from specserving.kube import ApiError, Resource
 from specserving.metrics import APPLIED, Metrics
+from specserving.reconcile.compact import unpack
 from specserving.reconcile.controller import Controller
 from specserving.reconcile.events import flush
 from specserving.reconcile.observed import child_of, ref_of
@@ -250,7 +251,7 @@ def test_once_the_watch_shows_our_status_write_the_pass_keeps_no_copy_of_it() ->
         assert await c.reconcile(KEY, body) == APPLIED
         written = c.owners[KEY].written
         assert written is not None
-        caught_up = {**body, "status": written[1]}
+        caught_up = {**body, "status": unpack(written[1], written[2])}
         assert await c.reconcile(KEY, caught_up) == APPLIED
         assert c.owners[KEY].written is None, "the status written is still held after the watch showed it"
         assert len(kube.status_patches) == 1

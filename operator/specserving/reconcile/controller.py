@@ -27,6 +27,7 @@ from specserving.reconcile import status as S
 from specserving.reconcile.accepted import Accepted, Shape
 from specserving.reconcile.building import Builds
 from specserving.reconcile.calls import DISPATCHER, Ticket, Urgency, call, running_at
+from specserving.reconcile.compact import pack, unpack
 from specserving.reconcile.drift import needs_apply, prunable
 from specserving.reconcile.errors import Blocked, Gone, Rejected
 from specserving.reconcile.events import post
@@ -384,7 +385,7 @@ class Controller(Watched):
         if st.written is None:
             return seen
         if fingerprint(seen) == st.written[0]:
-            return st.written[1]  # the watch still shows the status from before our last write
+            return unpack(st.written[1], st.written[2])  # the watch still shows the status from before our write
         # The watch has caught up with the write (it only moves forward): later passes need neither the comparison
         # (a JSON dump of the status, a tenth of a pass's CPU in issue 21's N=200 profile) nor the copy.
         st.written = None
@@ -425,7 +426,7 @@ class Controller(Watched):
                     raise Gone(f"{key[0]}/{key[1]} was deleted during the pass") from None
                 raise
             self.metrics.status_writes.inc()
-            st.written = (fingerprint(body.get("status")), new)
+            st.written = (fingerprint(body.get("status")), *pack(new, "status"))
         if view is not None and view.decision.rolling:
             d = view.decision
             posted = (view.target, d.step or "", d.description)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
 
 from specserving.reconcile.calls import Ticket, Urgency
 from specserving.reconcile.observed import ChildRef
@@ -51,9 +50,10 @@ class OwnerState:
     # applied again, even when its DELETED event came before our apply call returned.
     deleted: dict[ChildRef, str] = field(default_factory=dict)
     applied_generation: int | None = None
-    # The status before (its packed.fingerprint) and after our last write, to tell a stale watch view from a fresh
-    # one; None once the watch has shown a status other than the one before the write.
-    written: tuple[bytes, dict[str, Any]] | None = None
+    # The status before (its packed.fingerprint) and after our last write (packed, and the dictionary it was packed
+    # against: compact.py), to tell a stale watch view from a fresh one; None once the watch has shown a status
+    # other than the one before the write. Packed, as a burst leaves every SpecServing holding one.
+    written: tuple[bytes, bytes, bytes] | None = None
     # The last (status, reason) posted as an event per condition type, so no transition is posted twice.
     posted: dict[str, tuple[str, str]] = field(default_factory=dict)
     rollout: RolloutState | None = None
