@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -331,3 +332,32 @@ def test_a_change_to_running_workloads_neither_uses_nor_fills_the_accepted_shape
     kube.dry_run.clear()
     reconcile(c, second)  # the change above was no creation: it proves nothing for a new SpecServing
     assert len(kube.dry_run) == 3
+
+
+def test_a_pass_in_sync_holds_the_watchs_copy_of_each_childs_version_and_uid() -> None:
+    body = owner()
+    kube = FakeKube()
+    c = controller(kube, body)
+
+    async def run() -> None:
+        created: list[dict[str, Any]] = []
+        orig = kube.apply
+
+        def apply(res: Resource, obj: dict[str, Any], *, dry_run: bool = False,
+                  metadata_only: bool = False) -> dict[str, Any]:
+            out = orig(res, obj, dry_run=dry_run, metadata_only=metadata_only)
+            if not dry_run:
+                created.append(out)
+            return out
+
+        kube.apply = apply  # type: ignore[method-assign]
+        assert await c.reconcile(KEY, body) == APPLIED
+        observe(c, json.loads(json.dumps(created)))  # decoded from a watch event: strings of their own
+        kube.applied.clear()
+        assert await c.reconcile(KEY, body) == APPLIED
+        assert kube.applied == []
+        seen = c.children(KEY)
+        for ref, mine in c.owners[KEY].applied.items():
+            assert mine.uid is seen[ref].uid and mine.resource_version is seen[ref].resource_version, ref
+
+    asyncio.run(run())

@@ -239,6 +239,9 @@ class Controller(Watched):
                     else st.deleted.get(ref) != mine.uid):
                 if seen is not None and seen.whole:
                     seen.settle(dig)  # what the API server made of our apply of this rendering
+                if seen is not None and mine.uid is not seen.uid:
+                    # The same version: hold the watch's copies of its strings rather than a second pair.
+                    mine.resource_version, mine.uid = seen.resource_version, seen.uid
                 continue  # applied by us and unchanged since (or the watch has not caught up yet)
             # A settled child is judged by its digest alone: nothing to decode.
             desired = None if seen is not None and not seen.whole else rendered.child(index)

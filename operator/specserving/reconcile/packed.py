@@ -20,6 +20,10 @@ from specserving.reconcile.compact import dictionary_for, pack_text, unpack
 from specserving.reconcile.observed import ChildRef, family_of, ref_of
 
 
+# One (apiVersion, kind) pair per kind the renderer makes, shared by every rendering.
+_KINDS: dict[tuple[str, str], tuple[str, str]] = {}
+
+
 class Rendering:
     """The children of one rendering, in apply order. Its identity stands for its content: a plan renders each
     (image, replicas, router) combination once, so `a is b` tells a pass whether the rendering changed."""
@@ -31,7 +35,8 @@ class Rendering:
         for child in children:
             text = json.dumps(child, sort_keys=True, separators=(",", ":"), default=str).encode()
             refs.append(ref_of(child))
-            kinds.append((str(child["apiVersion"]), str(child["kind"])))
+            kind = (str(child["apiVersion"]), str(child["kind"]))
+            kinds.append(_KINDS.setdefault(kind, kind))
             digests.append(hashlib.sha256(text).hexdigest()[:16])
             dictionary = dictionary_for(family_of(child, "rendering"), text)
             packed.append(pack_text(text, dictionary))
