@@ -17,8 +17,9 @@ from typing import Any
 
 # zlib reads at most the last 32 KiB of a preset dictionary.
 _WINDOW = 32 * 1024
-# Families are kinds of children and owners, a few dozen at most; the cap only keeps an unexpected key (a name
-# that does not start with its owner's) from growing the table without end. Past it, texts pack without one.
+# Families are a source, a kind and a pool role (observed.family_of), a few dozen at most; the cap only keeps
+# unexpected keys (role labels set by hand on children) from growing the table without end. Past it, texts pack
+# without a dictionary.
 MAX_FAMILIES = 256
 _dictionaries: dict[Hashable, bytes] = {}
 NO_DICTIONARY = b""
