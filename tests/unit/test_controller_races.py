@@ -50,6 +50,7 @@ class FakeKube:
         self.dry_run: list[str] = []  # the names of the children dry-run
         self.status_patches: list[dict[str, Any]] = []
         self.events: list[str] = []
+        self.stored: list[dict[str, Any]] = []  # each applied child as stored: what the watch would show
         self.serial = 0
 
     def resource(self, api_version: str, kind: str) -> Resource:
@@ -75,6 +76,7 @@ class FakeKube:
         out["metadata"].update(uid=f"uid-{self.serial}", resourceVersion=str(self.serial))
         if what in self.on_apply:
             self.on_apply.pop(what)(out)
+        self.stored.append(out)
         return out
 
     def merge_patch(self, res: Resource, namespace: str | None, name: str, patch: dict[str, Any],
@@ -116,7 +118,6 @@ def test_a_child_deleted_before_our_apply_returned_is_applied_again() -> None:
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
-        created: list[dict[str, Any]] = []
 
         def deleted_at_once(out: dict[str, Any]) -> None:
             # Runs in the apply thread: the DELETED event is queued before the apply call's result.
@@ -124,21 +125,11 @@ def test_a_child_deleted_before_our_apply_returned_is_applied_again() -> None:
                                                             uid=out["metadata"]["uid"]))
 
         kube.on_apply[pdb] = deleted_at_once
-        orig = kube.apply
-
-        def apply(res: Resource, obj: dict[str, Any], *, dry_run: bool = False,
-                  metadata_only: bool = False) -> dict[str, Any]:
-            out = orig(res, obj, dry_run=dry_run, metadata_only=metadata_only)
-            if not dry_run:
-                created.append(out)
-            return out
-
-        kube.apply = apply  # type: ignore[method-assign]
         assert await c.reconcile(KEY, body) == APPLIED
         assert pdb in kube.applied
         await asyncio.sleep(0)  # let the queued DELETED event and its poke run
         # The watch shows every child but the deleted one.
-        observe(c, [ch for ch in created if (ch["kind"], ch["metadata"]["name"]) != pdb])
+        observe(c, [ch for ch in kube.stored if (ch["kind"], ch["metadata"]["name"]) != pdb])
         kube.applied.clear()
         assert await c.reconcile(KEY, body) == APPLIED
         assert kube.applied == [pdb], "the deleted child must be applied again, and nothing else"
@@ -340,19 +331,8 @@ def test_a_pass_in_sync_holds_the_watchs_copy_of_each_childs_version_and_uid() -
     c = controller(kube, body)
 
     async def run() -> None:
-        created: list[dict[str, Any]] = []
-        orig = kube.apply
-
-        def apply(res: Resource, obj: dict[str, Any], *, dry_run: bool = False,
-                  metadata_only: bool = False) -> dict[str, Any]:
-            out = orig(res, obj, dry_run=dry_run, metadata_only=metadata_only)
-            if not dry_run:
-                created.append(out)
-            return out
-
-        kube.apply = apply  # type: ignore[method-assign]
         assert await c.reconcile(KEY, body) == APPLIED
-        observe(c, json.loads(json.dumps(created)))  # decoded from a watch event: strings of their own
+        observe(c, json.loads(json.dumps(kube.stored)))  # decoded from a watch event: strings of their own
         kube.applied.clear()
         assert await c.reconcile(KEY, body) == APPLIED
         assert kube.applied == []
