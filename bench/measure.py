@@ -44,13 +44,19 @@ class Settings:
     resync_seconds: float | None = None  # default: idle / 5, at least 2
     scale_samples: int = 3
     webhook_rates: tuple[float, ...] = (20.0, 100.0)
-    webhook_seconds: float = 10.0
+    webhook_seconds: float = 30.0
     out_dir: Path = Path("out/bench")
     timeout_base: float = 120.0
     timeout_per_sps: float = 3.0
     profile: bool = False  # py-spy the operator during the apply and webhook phases
     heap_profile: bool = False  # tracemalloc in the operator; its heap by line once every SpecServing is Ready
     webhook_mode: str = "chart"  # bench/operating.py: certificate files as the chart gives them, or "self"
+    # Before each webhook series: wait (at most quiet_limit_s) until the machine's CPUs are busy less than
+    # quiet_busy of a quiet_window_s window, so that the series measures the webhook, not a control plane that is
+    # still settling (issue 21: "with the API server not saturated").
+    quiet_busy: float = 0.25
+    quiet_window_s: float = 2.0
+    quiet_limit_s: float = 300.0
 
     def resync(self) -> float:
         return self.resync_seconds if self.resync_seconds is not None else max(2.0, self.idle_seconds / 5)
@@ -359,6 +365,32 @@ def _review(obj: dict[str, Any], ns: str) -> dict[str, Any]:
         "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}}}
 
 
+def _cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat's first line."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already counted in user
+    return total - idle, total
+
+
+def cpu_busy(window: float) -> float:
+    """The fraction of all CPUs' time spent busy over the next `window` seconds."""
+    busy0, total0 = _cpu_times()
+    time.sleep(window)
+    busy1, total1 = _cpu_times()
+    return (busy1 - busy0) / (total1 - total0) if total1 > total0 else 0.0
+
+
+def wait_quiet(s: Settings) -> tuple[float, float]:
+    """Wait until the CPUs are busy less than s.quiet_busy over one window, or s.quiet_limit_s has passed.
+    Returns (seconds waited, the last window's busy fraction); a caller reports a series that found no quiet."""
+    started = time.monotonic()
+    while True:
+        busy = cpu_busy(s.quiet_window_s)
+        if busy < s.quiet_busy or time.monotonic() - started >= s.quiet_limit_s:
+            return time.monotonic() - started, busy
+
+
 def webhook(cluster: Cluster, op: Operator, hooked_ns: str, plain_ns: str, s: Settings,
             rate: float) -> dict[str, Any]:
     """Dry-run creates at a fixed rate through the API server, in a namespace the webhook covers and in one it does
@@ -389,6 +421,8 @@ def webhook(cluster: Cluster, op: Operator, hooked_ns: str, plain_ns: str, s: Se
     series = {"webhook": (through_apiserver, hooked_ns), "no_webhook": (through_apiserver, plain_ns),
               "webhook_direct": (straight, hooked_ns)}
     results: dict[str, list[tuple[float, int]]] = {k: [] for k in series}
+    waited, busy = wait_quiet(s)
+    log(f"webhook at {rate:g}/s: CPUs {busy:.0%} busy after {waited:.0f} s of waiting for them to settle")
     with ThreadPoolExecutor(max_workers=32) as pool:
         for fn, ns in series.values():  # warm up connections (ours, and the API server's to the webhook)
             list(pool.map(fn, [ns] * 20))
@@ -411,7 +445,8 @@ def webhook(cluster: Cluster, op: Operator, hooked_ns: str, plain_ns: str, s: Se
                 results[key] += [f.result() for f in futures]
                 elapsed[key] += time.monotonic() - start
         m1, a1 = op.metrics(), cluster.apiserver_metrics()
-    out: dict[str, Any] = {"rate": rate, "seconds_each": blocks * per_block / rate}
+    out: dict[str, Any] = {"rate": rate, "seconds_each": blocks * per_block / rate, "quiet_wait_s": waited,
+                           "cpu_busy_before": busy}
     if prof:
         out["profile"] = prof.stop()
     for key, samples in results.items():

@@ -43,6 +43,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedP
     out = tmp_path_factory.mktemp("bench")
     cmd = [sys.executable, "-m", "bench", "--sizes", str(N), "--idle-seconds", "3", "--scale-samples", "2",
            "--webhook-rates", "20", "--webhook-seconds", "2",
+           "--webhook-quiet-seconds", "20",
            "--cluster-name", f"{PREFIX}{os.getpid()}",
            "--out-md", str(out / "benchmarks.md"), "--out-png", str(out / "benchmarks-latency.png"),
            "--out-json", str(out / "results.json"), "--work-dir", str(out / "work")]
@@ -96,7 +97,10 @@ def test_bench_runs_and_reports_every_figure(run: tuple[subprocess.CompletedProc
         assert wh[series]["n"] >= 20 and wh[series]["errors"] == 0, wh[series]
         _numbers({k: wh[series][k] for k in ("p50_ms", "p99_ms", "max_ms", "achieved_rate")}, series)
     _numbers({k: wh[k] for k in ("added_p50_ms", "added_p99_ms", "handler_p50_ms", "handler_p99_ms",
-                                 "apiserver_call_p99_ms")}, "webhook")
+                                 "apiserver_call_p99_ms", "quiet_wait_s", "cpu_busy_before")}, "webhook")
+    assert 0 <= wh["cpu_busy_before"] <= 1, wh["cpu_busy_before"]
+    assert results["settings"]["webhook_quiet"]["limit_s"] == 20
+    assert wh["quiet_wait_s"] <= 20 + 2 * results["settings"]["webhook_quiet"]["window_s"], "the quiet wait is capped"
     assert op["log_errors"] == 0
     for k in ("nproc", "memory_gib", "kubernetes", "python", "kopf"):
         assert results["machine"][k], k
@@ -105,7 +109,8 @@ def test_bench_runs_and_reports_every_figure(run: tuple[subprocess.CompletedProc
     md = (out / "benchmarks.md").read_text()
     for words in ("## Targets", "within 1.2x of raw SSA", "within 1.5x of scaling the Deployment",
                   "zero writes on an idle resync", "200 MiB RSS", "webhook p99", "## Every figure", f"N={N}",
-                  "benchmarks-latency.png", "Kubernetes v1.", "the webhook on certificate files"):
+                  "benchmarks-latency.png", "Kubernetes v1.", "the webhook on certificate files",
+                  "seconds waited for them to settle"):
         assert words in md, words
     figures = md.split("## Every figure")[1].split("## Method")[0]
     assert "| - |" not in figures, f"a figure is missing in the table:\n{figures}"
