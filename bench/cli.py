@@ -67,10 +67,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="run the operator under tracemalloc (from 10 s after its start) and record its heap by "
                         "allocating line once every SpecServing is Ready (heap-N.json in the work dir, and the "
                         "JSON); tracing slows it, so the timings of such a run do not count")
-    p.add_argument("--webhook-mode", choices=("chart", "self"), default="chart",
+    p.add_argument("--webhook-mode", choices=("chart", "self", "none"), default="chart",
                    help="chart (default): the webhook on certificate files, with a configuration the bench applies, "
                         "as the Helm chart runs it; self: the operator makes its certificate and configuration, as "
-                        "on local clusters (it then imports cryptography, 8.8 MiB more RSS)")
+                        "on local clusters (it then imports cryptography, 8.8 MiB more RSS); none: no webhook at "
+                        "all, to measure what reviewing every SpecServing costs a burst (no webhook series)")
     p.add_argument("--operator-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for `specserving run` (repeatable)")
     return p.parse_args(argv)
@@ -99,7 +100,7 @@ def run_size(cl: C.Cluster, n: int, s: M.Settings, extra: list[str], webhook: li
     op_rec.start()
     result: dict[str, Any] = {"n": n}
     op: Operator | None = None
-    configuration = f"specserving-bench-{n}"
+    configuration = f"specserving-bench-{n}" if s.webhook_mode != "none" else None
     try:
         groups = [W.render(W.specserving(i, base_ns)) for i in range(n)]
         refs = {i: W.refs(g) for i, g in enumerate(groups)}
@@ -109,8 +110,9 @@ def run_size(cl: C.Cluster, n: int, s: M.Settings, extra: list[str], webhook: li
         op = Operator(cl.kubeconfig, op_ns, s.out_dir / f"operator-{n}.log", resync_seconds=s.resync(),
                       webhook_configuration=configuration, env=env, extra=extra, webhook_mode=s.webhook_mode)
         rss_start, _ = op.memory()
-        wait_webhook(cl, op_ns, s)
-        if webhook is not None:
+        if configuration is not None:
+            wait_webhook(cl, op_ns, s)
+        if webhook is not None and configuration is not None:
             for rate in s.webhook_rates:
                 webhook.append(M.webhook(cl, op, op_ns, base_ns, s, rate))
         result["operator"] = M.operator_phase(cl, n, op_ns, op_rec, op, s, refs)
@@ -122,7 +124,8 @@ def run_size(cl: C.Cluster, n: int, s: M.Settings, extra: list[str], webhook: li
     finally:
         if op is not None:
             op.stop()
-        cl.kubectl("delete", "validatingwebhookconfiguration", configuration, "--ignore-not-found", check=False)
+        if configuration is not None:
+            cl.kubectl("delete", "validatingwebhookconfiguration", configuration, "--ignore-not-found", check=False)
         for rec in (base_rec, op_rec):
             rec.stop()
         errors = base_rec.errors() + op_rec.errors()

@@ -266,6 +266,15 @@ class QueueDepth:
         return out
 
 
+def _webhook_calls(theirs: dict[str, float]) -> dict[str, Any]:
+    """The API server's calls to the webhook in a window (its own histogram): how many, and how long."""
+    hist = "apiserver_admission_webhook_admission_duration_seconds"
+    calls = sum(select(theirs, f"{hist}_count", name=WEBHOOK_NAME).values())
+    seconds = sum(select(theirs, f"{hist}_sum", name=WEBHOOK_NAME).values())
+    return {"calls": calls, "mean_ms": seconds / calls * 1000 if calls else None,
+            "p50_ms": _ms(histogram_quantile(theirs, hist, 0.5, name=WEBHOOK_NAME)),
+            "p99_ms": _ms(histogram_quantile(theirs, hist, 0.99, name=WEBHOOK_NAME))}
+
 
 def operator_phase(cluster: Cluster, n: int, ns: str, rec: Recorder, op: Operator, s: Settings,
                    children: dict[int, list[tuple[str, str]]]) -> dict[str, Any]:
@@ -311,6 +320,7 @@ def operator_phase(cluster: Cluster, n: int, ns: str, rec: Recorder, op: Operato
         "apiserver_requests": apiserver,
         "reconciles": total(mine, "specserving_reconcile_total"),
         "queue_depth": queues,
+        "webhook_during_apply": _webhook_calls(delta(a1, a0)),
     }
     if heap_sites is not None:
         out["heap"] = heap_sites

@@ -64,6 +64,18 @@ def rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     row("ratio operator / raw SSA: p50", rat("children", "p50"))
     row("ratio operator / raw SSA: p99", rat("children", "p99"))
     row("ratio operator / raw SSA: max (all N done)", rat("children", "max"))
+    row("apply -> children created, since the object's own apply: p50 / max (s), operator / raw SSA",
+        lambda r: f"{r['operator']['children_since_own_apply']['p50']:.3f} / "
+                  f"{r['operator']['children_since_own_apply']['max']:.3f} / "
+                  f"{r['baseline']['children_since_own_apply']['p50']:.3f} / "
+                  f"{r['baseline']['children_since_own_apply']['max']:.3f}")
+    row("kubectl's own apply, per object (ms): N SpecServings (operator) / 11N children (raw SSA)",
+        lambda r: f"{_per_object(r['operator']):.1f} / {_per_object(r['baseline']):.1f}")
+    row("the API server's calls to the webhook, apply -> all Ready: calls, mean / p50 / p99 (ms)",
+        lambda r: f"{r['operator']['webhook_during_apply']['calls']:.0f}, "
+                  f"{_f(r['operator']['webhook_during_apply']['mean_ms'], '', 1)} / "
+                  f"{_f(r['operator']['webhook_during_apply']['p50_ms'], '', 1)} / "
+                  f"{_f(r['operator']['webhook_during_apply']['p99_ms'], '', 1)}")
     row("apply -> Ready, operator: p50 / p99 / max (s)", lat("operator", "ready"))
     row("apply -> 3 Deployments available, raw SSA: p50 / p99 / max (s)", lat("baseline", "ready"))
     row("ratio Ready: p50 / p99", lambda r: f"{_r(ratio(r['operator']['ready']['p50'], r['baseline']['ready']['p50']))}"
@@ -130,6 +142,12 @@ def _queues(r: dict[str, Any]) -> str:
         return "-"  # results from before the queues were sampled
     return (f"{peak['passes_queued']:.0f} / {peak['spec']:.0f}, {peak['follow_up']:.0f}, {peak['resync']:.0f}, "
             f"{peak['background']:.0f}")
+
+
+def _per_object(side: dict[str, Any]) -> float:
+    """kubectl's pace: from its marker line to its last object's line, per object."""
+    lines = side["samples"]["lines"]
+    return 1000 * (lines[-1] - lines[0]) / (len(lines) - 1)
 
 
 def webhook_rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -226,7 +244,8 @@ def _unsettled(results: dict[str, Any], w: dict[str, Any]) -> str:
 
 
 WEBHOOK_MODES = {"chart": "certificate files, as the Helm chart runs it",
-                 "self": "a certificate it makes itself (self mode, as on local clusters)"}
+                 "self": "a certificate it makes itself (self mode, as on local clusters)",
+                 "none": "nothing: no webhook ran (an experiment, not a result: the chart always runs it)"}
 
 
 def markdown_table(header: list[str], body: list[list[str]]) -> str:

@@ -86,6 +86,8 @@ def test_bench_runs_and_reports_every_figure(run: tuple[subprocess.CompletedProc
     assert "error" not in lws and "skipped" not in lws, lws
     _numbers([lws[k]["p50"] for k in ("statefulsets", "pods", "available")] + [lws["peak_rss_mib"]], "peer")
     assert lws["statefulsets"]["n"] == N and lws["peak_rss_mib"] > 0
+    assert op["webhook_during_apply"]["calls"] >= N, "the API server called the webhook for every SpecServing"
+    _numbers({k: op["webhook_during_apply"][k] for k in ("mean_ms", "p50_ms", "p99_ms")}, "webhook during apply")
     queues = op["queue_depth"]
     assert queues["t"] and all(len(queues[k]) == len(queues["t"]) for k in queues["peak"]), queues
     _numbers(queues["peak"], "queue depth peaks")
