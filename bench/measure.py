@@ -50,7 +50,7 @@ class Settings:
     timeout_per_sps: float = 3.0
     profile: bool = False  # py-spy the operator during the apply and webhook phases
     heap_profile: bool = False  # tracemalloc in the operator; its heap by line once every SpecServing is Ready
-    webhook_mode: str = "chart"  # bench/operating.py: certificate files as the chart gives them, or "self"
+    webhook_mode: str = "chart"  # bench/operating.py: certificate files as the chart gives them, "self" or "none"
     # Before each webhook series: wait (at most quiet_limit_s) until the machine's CPUs are busy less than
     # quiet_busy of a quiet_window_s window, so that the series measures the webhook, not a control plane that is
     # still settling (issue 21: "with the API server not saturated").

@@ -71,7 +71,8 @@ def rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                   f"{r['baseline']['children_since_own_apply']['max']:.3f}")
     row("kubectl's own apply, per object (ms): N SpecServings (operator) / 11N children (raw SSA)",
         lambda r: f"{_per_object(r['operator']):.1f} / {_per_object(r['baseline']):.1f}")
-    row("the API server's calls to the webhook, apply -> all Ready: calls, mean / p50 / p99 (ms)",
+    row("the API server's calls to the webhook, apply -> all Ready (its histogram, buckets 5/25/100 ms): calls, "
+        "mean / p50 / p99 (ms)",
         lambda r: f"{r['operator']['webhook_during_apply']['calls']:.0f}, "
                   f"{_f(r['operator']['webhook_during_apply']['mean_ms'], '', 1)} / "
                   f"{_f(r['operator']['webhook_during_apply']['p50_ms'], '', 1)} / "
