@@ -112,8 +112,7 @@ def run_size(cl: C.Cluster, n: int, s: M.Settings, extra: list[str], webhook: li
         rss_start, _ = op.memory()
         if configuration is not None:
             wait_webhook(cl, op_ns, s)
-        if webhook is not None and configuration is not None:
-            for rate in s.webhook_rates:
+            for rate in s.webhook_rates if webhook is not None else ():
                 webhook.append(M.webhook(cl, op, op_ns, base_ns, s, rate))
         result["operator"] = M.operator_phase(cl, n, op_ns, op_rec, op, s, refs)
         result["operator"]["rss_start_mib"] = rss_start

@@ -266,14 +266,16 @@ class QueueDepth:
         return out
 
 
+WEBHOOK_HISTOGRAM = "apiserver_admission_webhook_admission_duration_seconds"  # the API server's, per call
+
+
 def _webhook_calls(theirs: dict[str, float]) -> dict[str, Any]:
     """The API server's calls to the webhook in a window (its own histogram): how many, and how long."""
-    hist = "apiserver_admission_webhook_admission_duration_seconds"
-    calls = sum(select(theirs, f"{hist}_count", name=WEBHOOK_NAME).values())
-    seconds = sum(select(theirs, f"{hist}_sum", name=WEBHOOK_NAME).values())
+    calls = sum(select(theirs, f"{WEBHOOK_HISTOGRAM}_count", name=WEBHOOK_NAME).values())
+    seconds = sum(select(theirs, f"{WEBHOOK_HISTOGRAM}_sum", name=WEBHOOK_NAME).values())
     return {"calls": calls, "mean_ms": seconds / calls * 1000 if calls else None,
-            "p50_ms": _ms(histogram_quantile(theirs, hist, 0.5, name=WEBHOOK_NAME)),
-            "p99_ms": _ms(histogram_quantile(theirs, hist, 0.99, name=WEBHOOK_NAME))}
+            "p50_ms": _ms(histogram_quantile(theirs, WEBHOOK_HISTOGRAM, 0.5, name=WEBHOOK_NAME)),
+            "p99_ms": _ms(histogram_quantile(theirs, WEBHOOK_HISTOGRAM, 0.99, name=WEBHOOK_NAME))}
 
 
 def operator_phase(cluster: Cluster, n: int, ns: str, rec: Recorder, op: Operator, s: Settings,
@@ -467,12 +469,11 @@ def webhook(cluster: Cluster, op: Operator, hooked_ns: str, plain_ns: str, s: Se
     mine, theirs = delta(m1, m0), delta(a1, a0)
     out["handler_p50_ms"] = _ms(histogram_quantile(mine, "specserving_webhook_review_duration_seconds", 0.5))
     out["handler_p99_ms"] = _ms(histogram_quantile(mine, "specserving_webhook_review_duration_seconds", 0.99))
-    hist = "apiserver_admission_webhook_admission_duration_seconds"
-    out["apiserver_call_p50_ms"] = _ms(histogram_quantile(theirs, hist, 0.5, name=WEBHOOK_NAME))
-    out["apiserver_call_p99_ms"] = _ms(histogram_quantile(theirs, hist, 0.99, name=WEBHOOK_NAME))
-    calls = select(theirs, f"{hist}_bucket", name=WEBHOOK_NAME)
-    le = {dict(k)["le"]: 0.0 for k in calls}
-    for k, v in calls.items():
+    by_call = _webhook_calls(theirs)
+    out["apiserver_call_p50_ms"], out["apiserver_call_p99_ms"] = by_call["p50_ms"], by_call["p99_ms"]
+    buckets = select(theirs, f"{WEBHOOK_HISTOGRAM}_bucket", name=WEBHOOK_NAME)
+    le = {dict(k)["le"]: 0.0 for k in buckets}
+    for k, v in buckets.items():
         le[dict(k)["le"]] += v
     out["apiserver_call_buckets"] = dict(sorted(le.items(), key=lambda kv: float(kv[0].replace("+Inf", "inf"))))
     out["added_p50_ms"] = out["webhook"]["p50_ms"] - out["no_webhook"]["p50_ms"]
