@@ -8,6 +8,7 @@ how the operator's own write rate (zero when idle) is measured.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import urllib3
 from kubernetes import client as k8s
@@ -35,6 +36,7 @@ JSON = "application/json"
 # status of every child it applies.
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
 TIMEOUT = (5.0, 30.0)  # connect, read
+STREAM_CONNECTIONS = 16  # the informers' watches (reconcile/informer.py): one per child kind and pods, per namespace
 
 
 class StartupError(Exception):
@@ -103,6 +105,19 @@ def _cause(exc: BaseException) -> str:
     return m.group(1) if m else text
 
 
+def _refusal(status: int, reason: str | None, data: bytes | None, method: str, path: str) -> ApiError:
+    """The ApiError for a non-2xx answer, with the message and causes of the API server's Status."""
+    message = data.decode(errors="replace") if data else ""
+    causes: tuple[str, ...] = ()
+    try:
+        found = json.loads(message)
+        causes = tuple(str(c.get("reason", "")) for c in (found.get("details") or {}).get("causes") or ())
+        message = found.get("message", message)
+    except (ValueError, AttributeError):
+        pass
+    return ApiError(status, reason or "", message, method, path, causes)
+
+
 def resource_of(path: str) -> str:
     """The resource (plural, with /subresource) a request path names: /apis/g/v/namespaces/ns/deployments/x ->
     deployments; "" for discovery."""
@@ -148,6 +163,7 @@ class Kube:
         self._count = count or (lambda verb, resource, status: None)
         self._discovery: dict[str, dict[str, Resource]] = {}
         self._lock = threading.Lock()
+        self._streams: k8s.ApiClient | None = None
 
     @property
     def host(self) -> str:
@@ -156,8 +172,10 @@ class Kube:
     # -- requests -------------------------------------------------------------------------------------------
 
     def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None, body: Any = None,
-                content_type: str | None = None, verb: str | None = None, accept: str = JSON) -> Any:
-        """One API call; returns the decoded JSON body. Raises ApiError on any non-2xx answer."""
+                content_type: str | None = None, verb: str | None = None, accept: str = JSON,
+                counted: bool = True) -> Any:
+        """One API call; returns the decoded JSON body. Raises ApiError on any non-2xx answer. `counted`: False
+        for the informers' lists, which the request counter leaves out as it does their watches."""
         headers = {"Accept": accept}
         if content_type:
             headers["Content-Type"] = content_type
@@ -170,23 +188,44 @@ class Kube:
             resp = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=TIMEOUT)
             data = resp.read()
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            self._count(verb, resource, 0)
+            if counted:
+                self._count(verb, resource, 0)
             raise ApiError(0, "Unreachable", _cause(exc), method, path) from None
         except k8s.ApiException as exc:
-            self._count(verb, resource, exc.status or 0)
+            if counted:
+                self._count(verb, resource, exc.status or 0)
             raise ApiError(exc.status or 0, exc.reason or "Error", str(exc.body or ""), method, path) from None
-        self._count(verb, resource, resp.status)
+        if counted:
+            self._count(verb, resource, resp.status)
         if not 200 <= resp.status < 300:
-            message = data.decode(errors="replace") if data else ""
-            causes: tuple[str, ...] = ()
-            try:
-                status = json.loads(message)
-                causes = tuple(str(c.get("reason", "")) for c in (status.get("details") or {}).get("causes") or ())
-                message = status.get("message", message)
-            except (ValueError, AttributeError):
-                pass
-            raise ApiError(resp.status, resp.reason or "", message, method, path, causes)
+            raise _refusal(resp.status, resp.reason, data, method, path)
         return json.loads(data) if data else None
+
+    def open_stream(self, path: str, query: Mapping[str, Any], *, read_seconds: float) -> urllib3.HTTPResponse:
+        """A GET whose body the caller reads as it arrives (a watch), on connections of its own: a long watch must
+        not hold one of the pool the converge passes share. Raises ApiError on any non-2xx answer."""
+        with self._lock:
+            if self._streams is None:
+                cfg = copy.copy(self.cfg)  # shares the credentials, and their refresh, with the passes' client
+                cfg.connection_pool_maxsize = STREAM_CONNECTIONS
+                self._streams = k8s.ApiClient(cfg)
+                self._streams.user_agent = USER_AGENT
+            api = self._streams
+        _, url, headers, _, _ = api.param_serialize("GET", path, query_params=list(query.items()),
+                                                    header_params={"Accept": JSON}, auth_settings=["BearerToken"])
+        try:
+            raw = api.call_api("GET", url, header_params=headers, _request_timeout=(TIMEOUT[0], read_seconds)).response
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise ApiError(0, "Unreachable", _cause(exc), "GET", path) from None
+        except k8s.ApiException as exc:
+            raise ApiError(exc.status or 0, exc.reason or "Error", str(exc.body or ""), "GET", path) from None
+        if not 200 <= raw.status < 300:
+            try:
+                data = raw.data
+            finally:
+                raw.release_conn()
+            raise _refusal(raw.status, raw.reason, data, "GET", path)
+        return cast(urllib3.HTTPResponse, raw)
 
     # -- discovery ------------------------------------------------------------------------------------------
 

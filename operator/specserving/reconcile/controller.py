@@ -110,8 +110,10 @@ class Controller(Watched):
                 self.poke(key)
 
     def child_event(self, key: Key, ref: ChildRef, deleted: bool, uid: str = "") -> None:
-        if deleted:
-            st = self.state(key)
+        # No state: no pass has applied anything for this owner (or it was deleted and forgotten, and the garbage
+        # collector is removing its children), so there is nothing to record, and no state to make and keep.
+        st = self.owners.get(key) if deleted else None
+        if st is not None:
             st.applied.pop(ref, None)
             st.deleted[ref] = uid
         self.poke(key)
@@ -133,6 +135,7 @@ class Controller(Watched):
 
     async def converge(self, key: Key, body: dict[str, Any]) -> str:
         """One pass for the SpecServing `body`; returns the result label (see specserving.metrics)."""
+        await self.watches_listed()
         started = time.monotonic()
         result, reason = ERROR, None
         try:
@@ -207,7 +210,10 @@ class Controller(Watched):
     async def _check_kinds(self, kinds: Iterable[tuple[str, str]]) -> None:
         missing = []
         for api_version, kind in sorted(set(kinds)):
-            if await self._resource(api_version, kind) is None:
+            served = await self._resource(api_version, kind)
+            if served is not None:
+                self.kind_served(served.plural)
+            else:
                 row = kind_of({"apiVersion": api_version, "kind": kind})
                 missing.append(f"{kind} ({api_version}) is not served by this cluster (CRD {row.crd}): "
                                f"{row.missing or 'install its CRD'}")

@@ -2,11 +2,11 @@
 
 - SpecServing create/update/resume -> Controller.reconcile (one function). InvalidSpec is a PermanentError
   (nothing a retry can fix), a missing CRD a TemporaryError (install it and the next retry proceeds).
-- Every child kind and pool pods, filtered by the specserving.io/instance label: an index (in memory, so status
-  and drift checks never ask the API) and an event handler that pokes the owner.
-- Build Jobs and their pods, filtered by the specserving.io/build label: an index keyed by (namespace, build key)
-  and an event handler that pokes every SpecServing waiting on that build. The pod watch is filtered in the API
-  server by app.kubernetes.io/managed-by (pool pods and build pods both carry it), then by label here.
+- Every child kind and pool pods, selected by the specserving.io/instance label: our own informers
+  (reconcile/informer.py), not kopf's watches; each keeps a summary per object (in memory, so status and drift checks
+  never ask the API) and pokes the owner on each change.
+- Build Jobs and their pods, selected by the specserving.io/build label: a kopf index keyed by (namespace, build
+  key) and an event handler that pokes every SpecServing waiting on that build.
 - kopf's own bookkeeping goes to annotations under operator.specserving.io/, never into .status.
 - No deletion handler and no daemon or timer, so kopf adds no finalizer: owner references let the garbage
   collector remove the children (docs/operator.md explains why that is enough).
@@ -27,16 +27,17 @@ from specserving.reconcile import events, memory
 from specserving.reconcile.controller import Controller
 from specserving.reconcile.errors import Blocked, Rejected
 from specserving.reconcile.image import build_job_of, build_pod_of
+from specserving.reconcile.informer import Informers, Source
 from specserving.rendering.kinds import CHILD_KINDS, ChildKind
-from specserving.reconcile.observed import child_of, pod_of, ref_of
+from specserving.reconcile.observed import child_of, pod_of
 from specserving.reconcile.watched import (BUILD_JOB_INDEX, BUILD_POD_INDEX, KOPF_PREFIX, OWNER_INDEX,
                                           POD_INDEX, StoredOwner, child_index)
 from specserving.rendering import labels as L
 
 PREFIX = KOPF_PREFIX
-OWNED = {L.INSTANCE: kopf.PRESENT}
 BUILDS = {BUILD_LABEL: kopf.PRESENT}
-MANAGED = f"app.kubernetes.io/managed-by={L.FIELD_MANAGER}"
+# Pool pods: the API server filters by both labels (an existence test for the instance label).
+POOL_PODS = f"app.kubernetes.io/managed-by={L.FIELD_MANAGER},{L.INSTANCE}"
 TRANSIENT_RETRY_SECONDS = 5.0
 WATCH_WORKER_IDLE_SECONDS = 0.5
 EVENTS_FLUSH_SECONDS = 5.0  # at stop, within the 30 s a Pod's termination grace gives the operator
@@ -71,8 +72,9 @@ class OwnerOnlyDiffBase(kopf.AnnotationsDiffBaseStorage):
         return super().fetch(body=body)
 
 
-def build_registry(controller: Controller, *, resync_seconds: float = 600.0) -> kopf.OperatorRegistry:
-    """A fresh kopf registry with every handler bound to `controller`."""
+def build_registry(controller: Controller, *, resync_seconds: float = 600.0,
+                   namespaces: list[str] | None = None) -> kopf.OperatorRegistry:
+    """A fresh kopf registry with every handler bound to `controller`; `namespaces` empty or None: all of them."""
     reg = kopf.OperatorRegistry()
     tasks: list[asyncio.Task[None]] = []
 
@@ -85,13 +87,15 @@ def build_registry(controller: Controller, *, resync_seconds: float = 600.0) -> 
         # kopf keeps an object's last raw watch event (managedFields and all) while its worker waits for the next
         # one: 5 s by default, which in a burst is nearly every child and pod at once (issue 21's heap profile).
         settings.queueing.idle_timeout = WATCH_WORKER_IDLE_SECONDS
-        # Watch only our children, our pods (pool and build) and build Jobs: the filter runs in the API server.
-        for kind in CHILD_KINDS:
-            settings.watching.label_selectors[kind.group, kind.version, kind.plural] = L.INSTANCE
-        settings.watching.label_selectors["", "v1", "pods"] = MANAGED
+        # kopf watches only build pods and build Jobs besides SpecServings: the filter runs in the API server.
+        settings.watching.label_selectors["", "v1", "pods"] = BUILD_LABEL
         settings.watching.label_selectors["batch", "v1", "jobs"] = BUILD_LABEL
-        controller.indices = {k: v for k, v in kwargs.items() if isinstance(v, kopf.Index)}
+        controller.informers = informers = informers_for(controller, namespaces or [])
+        controller.indices = {**{k: v for k, v in kwargs.items() if isinstance(v, kopf.Index)},
+                              POD_INDEX: informers.view("pods"),
+                              **{child_index(kind): informers.view(kind.plural) for kind in CHILD_KINDS}}
         log.debug("indexes: %s", ", ".join(sorted(controller.indices)))
+        informers.start()
         if resync_seconds > 0:
             tasks.append(asyncio.get_running_loop().create_task(_resync(controller, resync_seconds)))
         tasks.append(asyncio.get_running_loop().create_task(memory.trim_every()))
@@ -100,6 +104,8 @@ def build_registry(controller: Controller, *, resync_seconds: float = 600.0) -> 
     async def stop(**_: Any) -> None:
         # What a pass said happened should reach `kubectl describe` even when the operator stops right after it.
         await events.flush(timeout=EVENTS_FLUSH_SECONDS)
+        if controller.informers is not None:
+            controller.informers.stop()
         for task in tasks:
             task.cancel()
 
@@ -138,17 +144,6 @@ def build_registry(controller: Controller, *, resync_seconds: float = 600.0) -> 
         if type == "DELETED":
             controller.forget((namespace or "", name))
 
-    for kind in CHILD_KINDS:
-        _watch_children(reg, controller, kind)
-
-    @kopf.index("", "v1", "pods", id=POD_INDEX, labels=OWNED, registry=reg)
-    async def index_pod(*, namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-        return {(namespace or "", labels[L.INSTANCE]): pod_of(dict(body))}
-
-    @kopf.on.event("", "v1", "pods", id="pods", labels=OWNED, registry=reg)
-    async def pod_event(*, namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
-        controller.poke((namespace or "", labels[L.INSTANCE]))
-
     @kopf.index("batch", "v1", "jobs", id=BUILD_JOB_INDEX, labels=BUILDS, registry=reg)
     async def index_build_job(*, namespace: str | None, labels: kopf.Labels, body: kopf.Body,
                               **_: Any) -> dict[Any, Any]:
@@ -173,19 +168,52 @@ def build_registry(controller: Controller, *, resync_seconds: float = 600.0) -> 
     return reg
 
 
-def _watch_children(reg: kopf.OperatorRegistry, controller: Controller, kind: ChildKind) -> None:
-    async def index_child(*, namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-        return {(namespace or "", labels[L.INSTANCE]): child_of(dict(body), workload=kind.workload)}
+def informers_for(controller: Controller, namespaces: list[str]) -> Informers:
+    """One informer per child kind and one for pool pods, per namespace watched (one cluster-wide for all)."""
+    informers = Informers()
 
-    async def child_event(*, type: str, namespace: str | None, labels: kopf.Labels, body: kopf.Body,  # noqa: A002
-                          **_: Any) -> None:
-        controller.child_event((namespace or "", labels[L.INSTANCE]), ref_of(dict(body)), deleted=type == "DELETED",
-                               uid=body.get("metadata", {}).get("uid", ""))
+    def sources(name: str, group: str, version: str, plural: str, selector: str) -> list[Source]:
+        base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+        if not namespaces or any(c in ns for ns in namespaces for c in "*?[!"):
+            # All namespaces, or kopf's namespace patterns: one watch cluster-wide (owners outside the patterns are
+            # never known, so their objects poke nothing).
+            return [Source(name, f"{base}/{plural}", selector)]
+        return [Source(f"{name} in {ns}", f"{base}/namespaces/{ns}/{plural}", selector, ns) for ns in namespaces]
 
-    kopf.index(kind.group, kind.version, kind.plural, id=child_index(kind), labels=OWNED, registry=reg)(
-        index_child)
-    kopf.on.event(kind.group, kind.version, kind.plural, id=kind.plural, labels=OWNED, registry=reg)(
-        child_event)
+    for kind in CHILD_KINDS:
+        informers.add(kind.plural, controller.kube, sources(kind.plural, kind.group, kind.version, kind.plural,
+                                                            L.INSTANCE),
+                      _child_summary(kind), _child_changed(controller))
+
+    def pod_changed(key: tuple[str, str], _pod: Any, _deleted: bool) -> None:
+        controller.poke(key)
+
+    informers.add("pods", controller.kube, sources("pods", "", "v1", "pods", POOL_PODS), _pod_summary, pod_changed)
+    return informers
+
+
+def _owner_of(body: dict[str, Any]) -> tuple[str, str] | None:
+    meta = body.get("metadata") or {}
+    instance = (meta.get("labels") or {}).get(L.INSTANCE)
+    return (meta.get("namespace") or "", instance) if instance else None
+
+
+def _child_summary(kind: ChildKind) -> Any:
+    def summarize(body: dict[str, Any]) -> tuple[tuple[str, str], Any] | None:
+        owner = _owner_of(body)
+        return (owner, child_of(body, workload=kind.workload)) if owner is not None else None
+    return summarize
+
+
+def _pod_summary(body: dict[str, Any]) -> tuple[tuple[str, str], Any] | None:
+    owner = _owner_of(body)
+    return (owner, pod_of(body)) if owner is not None else None
+
+
+def _child_changed(controller: Controller) -> Any:
+    def changed(key: tuple[str, str], child: Any, deleted: bool) -> None:
+        controller.child_event(key, child.ref, deleted=deleted, uid=child.uid)
+    return changed
 
 
 async def _resync(controller: Controller, seconds: float) -> None:

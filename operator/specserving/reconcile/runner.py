@@ -196,7 +196,7 @@ def run(opts: Options) -> int:
         serve_metrics(metrics, opts.metrics_port, opts.metrics_address)
     controller = Controller(kube, metrics, probe_load=opts.probe_load, build=build,
                             serving_checks=opts.serving_checks, policy=opts.policy)
-    registry = build_registry(controller, resync_seconds=opts.resync_seconds)
+    registry = build_registry(controller, resync_seconds=opts.resync_seconds, namespaces=opts.namespaces)
     from specserving.webhook.handlers import WebhookMetrics
     from specserving.webhook.runtime import install
 

@@ -1,4 +1,5 @@
-"""What the watches saw: kopf's in-memory indexes of SpecServings, their children and pods, and build Jobs."""
+"""What the watches saw: kopf's in-memory indexes of SpecServings and build Jobs, and our informers' stores of
+children and pool pods (reconcile/informer.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from typing import Any
 
 from specserving.rendering.kinds import CHILD_KINDS, ChildKind
 from specserving.reconcile.compact import NO_DICTIONARY, pack, unpack
+from specserving.reconcile.informer import Informers
 from specserving.reconcile.observed import Child, ChildRef, Pod
 from specserving.reconcile.state import Key
 
-# kopf index ids: handlers register them, the controller reads them.
+# Index ids: handlers register them (kopf's, and our informers' stores under the same kind of name), the controller
+# reads them.
 OWNER_INDEX = "specservings_by_name"
 POD_INDEX = "pods_by_instance"
 BUILD_JOB_INDEX = "build_jobs_by_key"  # (namespace, build key) -> BuildJob
@@ -61,10 +64,21 @@ class StoredOwner:
 
 
 class Watched:
-    """Read access to the indexes; the kopf startup handler sets `indices`."""
+    """Read access to the indexes; the kopf startup handler sets `indices` (kopf's indexes of SpecServings and
+    builds, and the stores of our informers of children and pods, reconcile/informer.py) and `informers`."""
 
     def __init__(self) -> None:
         self.indices: Mapping[str, Any] = {}
+        self.informers: Informers | None = None
+
+    async def watches_listed(self) -> None:
+        """Return once every informer has listed its kind: a pass before that would see no child at all."""
+        if self.informers is not None:
+            await self.informers.wait_synced()
+
+    def kind_served(self, plural: str) -> None:
+        if self.informers is not None:
+            self.informers.served(plural)
 
     def _store(self, index_id: str, key: Key) -> list[Any]:
         index = self.indices.get(index_id)
