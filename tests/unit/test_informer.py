@@ -38,6 +38,9 @@ class Stream:
     def release_conn(self) -> None:
         pass
 
+    def close(self) -> None:
+        pass
+
     def shutdown(self) -> None:
         pass
 

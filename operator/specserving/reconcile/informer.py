@@ -241,6 +241,7 @@ class Informer:
         query = {"labelSelector": self.source.selector, "watch": "true", "resourceVersion": version,
                  "allowWatchBookmarks": "true", "timeoutSeconds": WATCH_SECONDS}
         self._stream = stream = self.kube.open_stream(self.source.path, query, read_seconds=WATCH_SECONDS + 30)
+        ended = False
         try:
             pending = b""
             for chunk in _chunks(stream, self.source.path):
@@ -254,8 +255,11 @@ class Informer:
                         version = self._event(json.loads(line), version, changes)
                 if changes:
                     self._post(self._changed, changes)
+            ended = not self._stopping.is_set()
         finally:
             self._stream = None
+            if not ended:
+                stream.close()  # unread data left: the connection must not go back to the pool for reuse
             stream.release_conn()
         return version
 
