@@ -85,7 +85,7 @@ def _deep(obj, seen):
     return total
 
 def _holders():
-    # The operator's own holders: each attribute of the Controller, and each kopf index by name.
+    # The operator's own holders: each attribute of the Controller, and each index (kopf's or an informer's) by name.
     import gc
     gc.unfreeze()  # the runner freezes what start-up made (the Controller too); get_objects skips frozen objects
     found = {}
@@ -93,7 +93,8 @@ def _holders():
         if type(o).__name__ == "Controller" and type(o).__module__ == "specserving.reconcile.controller":
             seen = set()
             for name, index in sorted((getattr(o, "indices", None) or {}).items()):
-                found[f"index {name}"] = round(_deep(dict(index.items()), seen) / 2**20, 2)
+                # kopf's index and our informers' views both give an iterable of summaries per key.
+                found[f"index {name}"] = round(_deep({k: list(v) for k, v in index.items()}, seen) / 2**20, 2)
             # Each SpecServing's state, field by field (summed over all of them), before what may refer to it.
             fields = {}
             for state in getattr(o, "owners", {}).values():
