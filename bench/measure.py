@@ -187,10 +187,11 @@ def free_nodes(cluster: Cluster, ns: str, s: Settings, n: int) -> None:
 
 def _scale(cluster: Cluster, n: int, ns: str, rec: Recorder, s: Settings, target: Any,
            operator: Operator | None) -> dict[str, Any]:
-    """kubectl scale 1 -> 2 decode replicas on a few instances, one at a time: until the new pod runs Ready."""
+    """kubectl scale 1 -> 2 decode replicas on a few instances, one at a time: until the new pod runs Ready. With
+    fewer instances than samples, an instance is scaled again once it is back to 1, so N=1 gets every sample too."""
     samples: list[float] = []
     created: list[float] = []
-    count = min(s.scale_samples, n)
+    count = s.scale_samples
     for j in range(count):
         i = j * n // count
         inst = W.name(i)
