@@ -343,3 +343,16 @@ def test_a_child_the_api_server_refuses_blocks_the_whole_rendering(cluster: Clus
     cluster.kubectl("patch", "sps", NAME, "-n", ns, "--type=json", "-p",
                     '[{"op":"remove","path":"/spec/router/tolerations"}]')
     wait_for(lambda: ready(cluster, ns), READY_TIMEOUT, "Ready after the fix")
+    # A change to one child alone is not dry-run first (its apply is taken whole or not at all): the refusal of the
+    # apply itself must read the same, and leave the child as it was.
+    decode = next(c for c in children(cluster, ns)
+                  if c["kind"] == "Deployment" and "-decode" in c["metadata"]["name"])
+    cluster.kubectl("patch", "sps", NAME, "-n", ns, "--type=merge", "-p",
+                    '{"spec":{"decode":{"tolerations":[{"key":"gpu","operator":"Sometimes"}]}}}')
+    obj = wait_for(lambda: cond_is(cluster, ns, "Ready", "False", "InvalidRenderedConfig"), 30,
+                   "Ready=False InvalidRenderedConfig for the decode pool alone")
+    message = condition(obj, "Ready")["message"]
+    assert f"Deployment {decode['metadata']['name']}" in message and "Sometimes" in message, message
+    after = cluster.get("deployment", decode["metadata"]["name"], namespace=ns)
+    assert after is not None, "the decode Deployment is gone"
+    assert after["metadata"]["generation"] == decode["metadata"]["generation"], "the refused child changed"

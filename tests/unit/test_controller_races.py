@@ -314,15 +314,51 @@ def test_a_change_to_running_workloads_neither_uses_nor_fills_the_accepted_shape
     changed = copy.deepcopy(first)
     changed["metadata"]["generation"] = 2
     changed["spec"]["prefill"]["replicas"] = 2
+    changed["spec"]["decode"]["replicas"] = 3  # two workloads change: one could be applied and the other refused
     watching(c, changed, second)
     kube.dry_run.clear()
-    reconcile(c, changed)  # the prefill Deployment exists: its dry run is judged against it
-    assert kube.dry_run, "a change to a running workload was not dry-run"
+    reconcile(c, changed)  # the pool Deployments exist: their dry runs are judged against them
+    assert kube.dry_run, "a change to running workloads was not dry-run"
     second["spec"]["prefill"]["replicas"] = 2
     watching(c, changed, second)
     kube.dry_run.clear()
     reconcile(c, second)  # the change above was no creation: it proves nothing for a new SpecServing
     assert len(kube.dry_run) == 3
+
+
+def scaled(kube: FakeKube, c: Controller) -> dict[str, Any]:
+    """The seed, applied and seen by the watch, then its decode pool scaled from 2 to 3: one child to apply."""
+    body = owner()
+    reconcile(c, body)
+    observe(c, json.loads(json.dumps(kube.stored)))
+    changed = copy.deepcopy(body)
+    changed["metadata"]["generation"] = 2
+    changed["spec"]["decode"]["replicas"] = 3
+    kube.applied.clear()
+    kube.dry_run.clear()
+    return changed
+
+
+def test_a_change_of_one_child_is_applied_without_a_dry_run_first() -> None:
+    kube = FakeKube()
+    c = controller(kube, owner())
+    assert reconcile(c, scaled(kube, c)) == APPLIED
+    assert [(kind, name.rsplit("-", 1)[0]) for kind, name in kube.applied] == [("Deployment", "dsv4-flash-decode")]
+    assert kube.dry_run == [], "a lone change cannot be half-applied: its dry run is a round trip for nothing"
+
+
+def test_a_lone_child_the_api_server_refuses_blocks_as_its_dry_run_would() -> None:
+    kube = FakeKube()
+    c = controller(kube, owner())
+    changed = scaled(kube, c)
+    kube.apply_error = ApiError(422, "Invalid", 'Deployment "x" is invalid: spec.replicas: bad')
+    try:
+        reconcile(c, changed)
+        raise AssertionError("the refused apply did not block the pass")
+    except Exception as exc:  # noqa: BLE001 - blocked, to be retried later
+        assert "InvalidRenderedConfig" in str(exc) and "Deployment dsv4-flash-decode" in str(exc), exc
+    assert "InvalidRenderedConfig" in str(kube.status_patches[-1])
+    assert "ChildApplyFailed" not in kube.events
 
 
 def test_a_pass_in_sync_holds_the_watchs_copy_of_each_childs_version_and_uid() -> None:

@@ -15,7 +15,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from specserving import API_VERSION, KIND, PLURAL
 from specserving.api.naming import child_name
@@ -257,7 +257,10 @@ class Controller(Watched):
                 st.applied[ref] = Applied(dig, seen.resource_version, seen.uid)
                 continue
             pending.append((ref, desired if desired is not None else rendered.child(index), dig, seen))
-        if pending and st.dry_run_passed is not rendered:
+        # One changed child (a scale, most often) is taken by its apply whole or not at all: nothing can be
+        # half-applied, so its dry run would only add a round trip; a refusal of its apply reads as one of the dry run.
+        lone = len(pending) == 1
+        if pending and not lone and st.dry_run_passed is not rendered:
             judged = [desired for _, desired, _, _ in pending if kind_of(desired).spec_shaped]
             if judged:
                 # A new SpecServing (none of its workloads exists) is judged by its shape: the same spec, image,
@@ -282,6 +285,8 @@ class Controller(Watched):
             failure: BaseException | None = None
             for (ref, desired, dig, seen), out in zip(wave, answers, strict=True):
                 if isinstance(out, BaseException):
+                    if lone and _invalid(out) and kind_of(desired).spec_shaped:
+                        out = _refused([_refusal(desired, out)])
                     failure = failure or out
                     continue
                 rv, uid = out
@@ -346,8 +351,8 @@ class Controller(Watched):
                                        return_exceptions=True)
         refused, unjudged = [], 0
         for child, out in zip(children, answers, strict=True):
-            if isinstance(out, ApiError) and out.status in (400, 422):
-                refused.append(f"{child['kind']} {child['metadata']['name']}: {out.message}")
+            if _invalid(out):
+                refused.append(_refusal(child, out))
             elif isinstance(out, ApiError):
                 unjudged += 1
                 log.debug("dry run of %s %s/%s: %s; left to the apply", child["kind"],
@@ -355,9 +360,7 @@ class Controller(Watched):
             elif isinstance(out, BaseException):
                 raise out
         if refused:
-            raise Blocked(R.INVALID_RENDERED_CONFIG, "the API server refuses the rendered "
-                          + "; ".join(refused) + "; nothing was applied: fix the spec (this is an operator bug when "
-                          "the spec passed `specserving validate`)", retry=APPLY_RETRY_SECONDS)
+            raise _refused(refused)
         return unjudged == 0  # every child accepted
 
     # -- status ---------------------------------------------------------------------------------------------------
@@ -450,3 +453,19 @@ class Controller(Watched):
         desired = plan.desired() or {}
         self.metrics.set_state(key[0], key[1], new["phase"], {
             role: (w.ready if w else 0, desired.get(role)) for role, w in workloads.items()})
+
+
+def _invalid(answer: object) -> TypeGuard[ApiError]:
+    """The API server refused a child as invalid (400, 422): the spec is at fault, not the moment."""
+    return isinstance(answer, ApiError) and answer.status in (400, 422)
+
+
+def _refusal(child: dict[str, Any], error: ApiError) -> str:
+    return f"{child['kind']} {child['metadata']['name']}: {error.message}"
+
+
+def _refused(refusals: list[str]) -> Blocked:
+    """InvalidRenderedConfig: the API server refused these children, and none of the rendering was applied."""
+    return Blocked(R.INVALID_RENDERED_CONFIG, "the API server refuses the rendered " + "; ".join(refusals)
+                   + "; nothing was applied: fix the spec (this is an operator bug when the spec passed "
+                   "`specserving validate`)", retry=APPLY_RETRY_SECONDS)
