@@ -103,7 +103,9 @@ def test_watch_events_split_across_chunks_update_the_store_and_bookmarks_move_th
                   {"type": "MODIFIED", "object": _obj("b", None, "17")},  # lost its owner label: gone from here
                   {"type": "ADDED", "object": _obj("c", "x", "18", "1")},
                   {"type": "DELETED", "object": _obj("a", "x", "19", "2")}]])
-    store, seen = _run(api, lambda seen: len(seen) >= 6)
+    # The thread hands over the events before it opens the next watch: wait for both (a loaded CI machine took
+    # the assertion below before the second watch was open).
+    store, seen = _run(api, lambda seen: len(seen) >= 6 and len(api.watched_from) >= 2)
     assert store == {("ns", "x"): [("c", "1")]}
     assert seen == [(("ns", "x"), ("a", "1"), False), (("ns", "x"), ("a", "2"), False),
                     (("ns", "y"), ("b", "1"), False), (("ns", "y"), ("b", "1"), True),
