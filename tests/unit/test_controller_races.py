@@ -202,6 +202,17 @@ def test_only_the_spec_shaped_children_of_a_new_rendering_are_dry_run_first() ->
     assert kube.dry_run == []
 
 
+def test_a_first_apply_sends_each_child_after_what_it_needs() -> None:
+    body = owner()
+    kube = FakeKube()
+    c = controller(kube, body)
+    assert asyncio.run(c.reconcile(KEY, body)) == APPLIED
+    kinds = [kind for kind, _ in kube.applied]
+    # A RoleBinding's RBAC check reads its Role; a workload's pods name their ServiceAccount.
+    assert set(kinds[:-4]) == {"ServiceAccount", "Role", "Service", "PodDisruptionBudget"}, kinds
+    assert kinds[-4] == "RoleBinding" and set(kinds[-3:]) == {"Deployment"}, kinds
+
+
 def test_an_invalid_child_in_the_dry_run_applies_nothing() -> None:
     body = owner()
     kube = FakeKube()
