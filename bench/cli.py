@@ -37,6 +37,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "comma-separated (600 for the 10-minute check; default %(default)s)")
     p.add_argument("--resync-seconds", type=float, default=None,
                    help="the operator's --resync-seconds (default: a fifth of the size's idle window, at least 2)")
+    p.add_argument("--children-repeats", type=int, default=4,
+                   help="N=1 only: further apply -> children samples per side, each a new instance applied alone "
+                        "and deleted again (default %(default)s)")
+    p.add_argument("--children-repeats-at", type=int, default=1,
+                   help="the N that takes --children-repeats (default %(default)s)")
     p.add_argument("--scale-samples", type=int, default=3, help="kubectl scale samples per side and N (default %(default)s)")
     p.add_argument("--webhook-rates", default="20,100",
                    help="request rates (per second) for the webhook, comma-separated (default %(default)s); measured "
@@ -189,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     s = M.Settings(idle_seconds=idles[0], resync_seconds=args.resync_seconds,
-                   scale_samples=args.scale_samples,
+                   scale_samples=args.scale_samples, children_repeats=args.children_repeats,
+                   children_repeats_at=args.children_repeats_at,
                    webhook_rates=tuple(float(x) for x in args.webhook_rates.split(",") if x.strip()),
                    webhook_seconds=args.webhook_seconds, quiet_limit_s=args.webhook_quiet_seconds, out_dir=work,
                    timeout_per_sps=args.timeout_per_sps,
@@ -199,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"machine": info, "settings": {
         "sizes": sizes, "idle_seconds": idles,
         "resync_seconds": [dataclasses.replace(s, idle_seconds=x).resync() for x in idles],
-        "scale_samples": s.scale_samples, "webhook_rates": list(s.webhook_rates), "webhook_seconds": s.webhook_seconds,
+        "scale_samples": s.scale_samples, "children_repeats": s.children_repeats,
+        "children_repeats_at": s.children_repeats_at, "webhook_rates": list(s.webhook_rates),
+        "webhook_seconds": s.webhook_seconds,
         "webhook_quiet": {"busy_below": s.quiet_busy, "window_s": s.quiet_window_s, "limit_s": s.quiet_limit_s},
         "nodes": "external cluster" if args.kubeconfig else ", ".join(str(nodes_for(n)) for n in sizes),
         "webhook_mode": s.webhook_mode},

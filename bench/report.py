@@ -61,6 +61,11 @@ def rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
     row("apply -> children created, operator: p50 / p99 / max (s)", lat("operator", "children"))
     row("apply -> children created, raw SSA of `specserving render`: p50 / p99 / max (s)", lat("baseline", "children"))
+    if any("children_samples" in r["operator"] for r in ok):
+        row("apply -> children created, each apply alone in order (s): operator / raw SSA",
+            lambda r: " ".join(f"{x:.3f}" for x in r["operator"]["children_samples"]) + " / " +
+            " ".join(f"{x:.3f}" for x in r["baseline"]["children_samples"]) if "children_samples" in r["operator"]
+            else "one burst")
     row("ratio operator / raw SSA: p50", rat("children", "p50"))
     row("ratio operator / raw SSA: p99", rat("children", "p99"))
     row("ratio operator / raw SSA: max (all N done)", rat("children", "max"))
@@ -198,10 +203,13 @@ def targets(results: dict[str, Any]) -> list[list[str]]:
         o, b = r["operator"], r["baseline"]
         rs = [ratio(o["children"]["p50"], b["children"]["p50"]), ratio(o["children"]["p99"], b["children"]["p99"]),
               ratio(o["children"]["max"], b["children"]["max"])]
-        good = None if None in rs else all(x <= TARGETS["children"] for x in rs)  # type: ignore[operator]
-        out.append([f"apply -> children created within 1.2x of raw SSA (N={r['n']})",
-                    f"p50 {_r(rs[0])}, p99 {_r(rs[1])}, max {_r(rs[2])} ({o['children']['p50']:.2f} s vs "
-                    f"{b['children']['p50']:.2f} s at p50)", verdict(good)])
+        # The issue's target is at p50; p99 and max are shown beside it (the page's verdict until 2026-12-07 wanted
+        # all three within 1.2x).
+        good = None if rs[0] is None else rs[0] <= TARGETS["children"]
+        out.append([f"apply -> children created within 1.2x of raw SSA at p50 (N={r['n']}, "
+                    f"{o['children']['n']} / {b['children']['n']} samples)",
+                    f"p50 {_r(rs[0])}, p99 {_r(rs[1])}, max {_r(rs[2])} ({o['children']['p50']:.3f} s vs "
+                    f"{b['children']['p50']:.3f} s at p50)", verdict(good)])
     for r in ok:
         x = ratio(r["operator"]["scale"]["p50"], r["baseline"]["scale"]["p50"])
         out.append([f"kubectl scale -> new decode pods Running within 1.5x of scaling the Deployment (N={r['n']})",
@@ -295,7 +303,11 @@ one side, the operator's on the other; the JSON file also has the times from eac
 "Children created" is the arrival, at the bench's own watches, of the last of the object's 11 children; "Ready" is the SpecServing's Ready condition for
 its generation (baseline: its three Deployments available at once); "scale" runs from starting `kubectl scale`
 to the second decode pod Running and Ready, after a quiet second (for the operator: a second without a reconcile
-pass), and back to one replica before the next sample. Operator CPU and peak RSS (VmHWM) come from /proc; its requests
+pass), and back to one replica before the next sample. At N=1, one apply is one draw, so each side then applies
+4 more instances (`--children-repeats`) alone, one at a time, timed the same way and deleted again (Deployments,
+ReplicaSets and pods gone) before the next; N=1's children figures are over all 5. The first SpecServing of a
+namespace and shape costs the operator a dry run that the later ones skip (reconcile/accepted.py), so the first
+sample is its cold one, listed first. Operator CPU and peak RSS (VmHWM) come from /proc; its requests
 from its own `specserving_api_requests_total` (which excludes kopf's watches and kopf's own annotation PATCHes,
 counted apart from the API server's `apiserver_request_total`, which has no user-agent label, so API server
 figures are for all clients). kwok plays the pods, so the times are the operator's and the control plane's,
@@ -319,7 +331,9 @@ def write(results: dict[str, Any], md: Path, png: Path) -> str:
         "# Benchmarks", "",
         f"Measured {results['started']} in {results['seconds'] / 60:.0f} min on {env}.", "",
         f"Settings: sizes {', '.join(map(str, st['sizes']))}; idle window {_per_size(st['idle_seconds'])} s with "
-        f"a resync every {_per_size(st['resync_seconds'])} s; {st['scale_samples']} scale samples per side; webhook at "
+        f"a resync every {_per_size(st['resync_seconds'])} s; {st['scale_samples']} scale samples per side; "
+        f"at N={st.get('children_repeats_at', 1)}, {st.get('children_repeats', 0)} more apply -> children samples per "
+        f"side, each a new instance applied alone; webhook at "
         f"{', '.join(f'{x:g}' for x in st['webhook_rates'])} requests/s for {st['webhook_seconds']:g} s per series; "
         f"fake 8-GPU nodes for each N: {st['nodes']}; the webhook on "
         f"{WEBHOOK_MODES.get(st.get('webhook_mode', 'self'), st.get('webhook_mode'))}.", "",

@@ -42,6 +42,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedP
     stop_orphans(PREFIX, os.environ, 300)
     out = tmp_path_factory.mktemp("bench")
     cmd = [sys.executable, "-m", "bench", "--sizes", str(N), "--idle-seconds", "3", "--scale-samples", "2",
+           "--children-repeats", "1", "--children-repeats-at", str(N),
            "--webhook-rates", "20", "--webhook-seconds", "2",
            "--webhook-quiet-seconds", "20",
            "--cluster-name", f"{PREFIX}{os.getpid()}",
@@ -73,8 +74,11 @@ def test_bench_runs_and_reports_every_figure(run: tuple[subprocess.CompletedProc
     assert wh["rate"] == 20
     for side in (op, base):
         for what in ("children", "ready"):
-            assert side[what]["n"] == N
             _numbers({k: side[what][k] for k in ("p50", "p99", "max")}, what)
+        assert side["ready"]["n"] == N
+        # The burst's N, and one more instance applied alone and deleted again.
+        assert side["children"]["n"] == N + 1 and len(side["children_samples"]) == N + 1, side["children_samples"]
+        assert side["children_samples"][:N] == side["samples"]["children"]
         _numbers([side["children_since_own_apply"]["p50"], side["ready_since_own_apply"]["p50"],
                   side["scale"]["p50"], side["scale"]["max"]], "own-apply figures and scale")
         assert side["scale"]["n"] == 2
@@ -112,7 +116,7 @@ def test_bench_runs_and_reports_every_figure(run: tuple[subprocess.CompletedProc
     for words in ("## Targets", "within 1.2x of raw SSA", "within 1.5x of scaling the Deployment",
                   "zero writes on an idle resync", "200 MiB RSS", "webhook p99", "## Every figure", f"N={N}",
                   "benchmarks-latency.png", "Kubernetes v1.", "the webhook on certificate files",
-                  "seconds waited for them to settle"):
+                  "seconds waited for them to settle", "each apply alone in order"):
         assert words in md, words
     figures = md.split("## Every figure")[1].split("## Method")[0]
     assert "| - |" not in figures, f"a figure is missing in the table:\n{figures}"
