@@ -38,8 +38,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--resync-seconds", type=float, default=None,
                    help="the operator's --resync-seconds (default: a fifth of the size's idle window, at least 2)")
     p.add_argument("--children-repeats", type=int, default=4,
-                   help="N=1 only: further apply -> children samples per side, each a new instance applied alone "
-                        "and deleted again (default %(default)s)")
+                   help="at one N (--children-repeats-at): further apply -> children samples per side, each a new "
+                        "instance applied alone and deleted again (default %(default)s)")
     p.add_argument("--children-repeats-at", type=int, default=1,
                    help="the N that takes --children-repeats (default %(default)s)")
     p.add_argument("--scale-samples", type=int, default=3, help="kubectl scale samples per side and N (default %(default)s)")
