@@ -43,8 +43,9 @@ class Settings:
     idle_seconds: float = 30.0
     resync_seconds: float | None = None  # default: idle / 5, at least 2
     scale_samples: int = 3
-    # N=1 alone: more apply -> children created samples, each a new instance applied on its own and deleted again,
-    # so that N=1's p50 is not one draw (issue 21; its figure moved 1.05x-1.22x between runs of the same code).
+    # At one N (children_repeats_at): more apply -> children created samples, each a new instance applied on its own
+    # and deleted again, so that that N's p50 is not one draw (issue 21: N=1's figure moved 1.05x-1.22x between
+    # runs of the same code).
     children_repeats: int = 4
     children_repeats_at: int = 1  # the N that takes them (the smoke test's N, to run them there)
     webhook_rates: tuple[float, ...] = (20.0, 100.0)
@@ -174,18 +175,20 @@ def baseline(cluster: Cluster, n: int, ns: str, rec: Recorder, s: Settings,
                       and c["metadata"]["labels"].get("specserving.io/role") == "decode")
               for i, g in enumerate(groups)}
     out["scale"] = _scale(cluster, n, ns, rec, s, lambda i, r: ("deployment", decode[i], r), operator=None)
-    if n == s.children_repeats_at and s.children_repeats:
-        _children_again(cluster, ns, rec, s, "baseline", out, operator=None, apply_children=True)
+    _children_again(cluster, n, ns, rec, s, "baseline", out, operator=None, apply_children=True)
     log(f"N={n} baseline: children p50 {out['children']['p50']:.3f} s, Ready p50 {out['ready']['p50']:.3f} s")
     return out
 
 
-def _children_again(cluster: Cluster, ns: str, rec: Recorder, s: Settings, side: str, out: dict[str, Any],
+def _children_again(cluster: Cluster, n: int, ns: str, rec: Recorder, s: Settings, side: str, out: dict[str, Any],
                     operator: Operator | None, apply_children: bool) -> None:
-    """Further apply -> children created samples at N=1 (s.children_repeats_at): a new instance each time, applied
-    alone by the same kubectl command as the first (the rendered children on the raw SSA side, the SpecServing on
-    the operator's) and timed the same way, then deleted, its Deployments, ReplicaSets and pods gone before the
-    next. `out["children"]` becomes the summary of them all; `out["children_samples"]` holds each, first first."""
+    """Further apply -> children created samples at N = s.children_repeats_at (none at other N): a new instance each
+    time, applied alone by the same kubectl command as the first (the rendered children on the raw SSA side, the
+    SpecServing on the operator's) and timed the same way, then deleted, its Deployments, ReplicaSets and pods gone
+    before the next. `out["children"]` becomes the summary of them all; `out["children_samples"]` holds each, first
+    first."""
+    if n != s.children_repeats_at or not s.children_repeats:
+        return
     samples = list(out["samples"]["children"])
     for r in range(s.children_repeats):
         inst = f"{W.PREFIX}-again-{r}"
@@ -194,7 +197,7 @@ def _children_again(cluster: Cluster, ns: str, rec: Recorder, s: Settings, side:
         refs = W.refs(children)
         settle(operator)
         docs = [W.marker(ns, f"{side}-again-{r}"), *(children if apply_children else [obj])]
-        times = apply_stream(cluster, docs, s.out_dir / f"{side}-1-again-{r}.yaml")
+        times = apply_stream(cluster, docs, s.out_dir / f"{side}-{n}-again-{r}.yaml")
         done = wait_until(f"{inst}'s children", lambda: rec.all_seen(refs), s.timeout(1))
         samples.append(done - times[0])
         gone = [f"{kind.lower()}/{name}" for kind, name in refs] if apply_children else [f"specserving/{inst}"]
@@ -373,8 +376,7 @@ def operator_phase(cluster: Cluster, n: int, ns: str, rec: Recorder, op: Operato
     out["scale"] = _scale(cluster, n, ns, rec, s, lambda i, r: ("specserving", W.name(i), r), operator=op)
     out["scale_cpu_seconds"] = op.cpu_seconds() - cpu_s
     out["idle"] = idle(cluster, n, rec, op, s)
-    if n == s.children_repeats_at and s.children_repeats:
-        _children_again(cluster, ns, rec, s, "operator", out, operator=op, apply_children=False)
+    _children_again(cluster, n, ns, rec, s, "operator", out, operator=op, apply_children=False)
     _, out["peak_rss_mib"] = op.memory()
     return out
 
