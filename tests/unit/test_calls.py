@@ -108,7 +108,8 @@ def test_a_pass_runs_at_the_most_urgent_poke_since_it_was_asked_for() -> None:
         return "applied"
 
     async def main() -> None:
-        queue = WorkQueue(lambda key: {"metadata": {}}, lambda key: states.setdefault(key, OwnerState()), converge)
+        queue = WorkQueue(lambda key: {"metadata": {}}, lambda key: states.setdefault(key, OwnerState()), converge,
+                          batch_seconds=0)
         queue.poke(("ns", "a"), Urgency.FOLLOW_UP)
         queue.poke(("ns", "a"), Urgency.RESYNC)  # a resync after a pod event does not make that pass wait longer
         queue.poke(("ns", "b"), Urgency.RESYNC)
@@ -186,6 +187,31 @@ def test_a_raised_pass_goes_ahead_of_older_passes_in_its_new_lane() -> None:
     assert asyncio.run(main()) == ["follow-up of the scaled one", "new object's apply"]
 
 
+def test_pokes_within_the_batch_period_make_one_pass() -> None:
+    states: dict[Key, OwnerState] = {}
+    passes: list[float] = []
+
+    async def converge(key: Key, body: dict[str, Any]) -> str:
+        passes.append(time.monotonic())
+        return "applied"
+
+    async def main() -> float:
+        queue = WorkQueue(lambda key: {"metadata": {}}, lambda key: states.setdefault(key, OwnerState()), converge,
+                          batch_seconds=0.2)
+        started = time.monotonic()
+        queue.poke(("ns", "a"))
+        await asyncio.sleep(0.05)
+        assert passes == [], "a follow-up pass waits out the batch period"
+        queue.poke(("ns", "a"), Urgency.RESYNC)  # a deployment, then its pod, then a resync ...
+        queue.poke(("ns", "a"))
+        await asyncio.sleep(0.4)
+        return started
+
+    started = asyncio.run(main())
+    assert len(passes) == 1, "... make one pass"
+    assert passes[0] - started >= 0.2
+
+
 def test_a_poke_asks_whether_the_owner_exists_without_decoding_it() -> None:
     states: dict[Key, OwnerState] = {}
     decoded: list[Key] = []
@@ -199,7 +225,7 @@ def test_a_poke_asks_whether_the_owner_exists_without_decoding_it() -> None:
 
     async def main() -> None:
         queue = WorkQueue(body_of, lambda key: states.setdefault(key, OwnerState()), converge,
-                          exists=lambda key: key == ("ns", "a"))
+                          exists=lambda key: key == ("ns", "a"), batch_seconds=0)
         for _ in range(5):
             queue.poke(("ns", "a"))
         queue.poke(("ns", "gone"))  # no longer watched: no pass
