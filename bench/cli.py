@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "instance applied alone and deleted again (default %(default)s)")
     p.add_argument("--children-repeats-at", type=int, default=1,
                    help="the N that takes --children-repeats (default %(default)s)")
-    p.add_argument("--scale-samples", type=int, default=3, help="kubectl scale samples per side and N (default %(default)s)")
+    p.add_argument("--scale-samples", type=int, default=7, help="kubectl scale samples per side and N (default %(default)s)")
     p.add_argument("--webhook-rates", default="20,100",
                    help="request rates (per second) for the webhook, comma-separated (default %(default)s); measured "
                         "once, with the operator of the first size, before its SpecServings are applied")
