@@ -388,3 +388,37 @@ def test_a_pass_in_sync_holds_the_watchs_copy_of_each_childs_version_and_uid() -
             assert mine.uid is seen[ref].uid and mine.resource_version is seen[ref].resource_version, ref
 
     asyncio.run(run())
+
+
+def test_a_pool_that_goes_down_again_after_a_quiet_rise_is_posted_again() -> None:
+    """A pool's rise to True posts no Event (Ready's does), but it is remembered: without that, the pool's second
+    fall looked like a repeat of its first and was never posted."""
+    body = owner()
+    kube = FakeKube()
+    c = controller(kube, body)
+    c.serving.enabled = False  # no router to ask
+
+    def pools(decode_ready: bool) -> None:
+        shown = []
+        for ch in kube.stored:
+            ch = copy.deepcopy(ch)
+            if ch["kind"] == "Deployment":
+                want = int(ch["spec"].get("replicas", 1))
+                ready = want if decode_ready or ch["metadata"]["labels"]["specserving.io/role"] != "decode" \
+                    else want - 1
+                ch["status"] = {"replicas": want, "readyReplicas": ready, "updatedReplicas": want}
+            shown.append(ch)
+        observe(c, shown)
+
+    async def run() -> list[str]:
+        await c.reconcile(KEY, body)
+        for decode_ready in (True, False, True, False):
+            pools(decode_ready)
+            await c.reconcile(KEY, body)
+        await flush()
+        return kube.events
+
+    posted = asyncio.run(run())
+    assert "AllPoolsReady" in posted
+    assert posted.count("ReplicasNotReady") == 2, posted  # DecodeReady fell twice, and each fall is an Event
+    assert "ReplicasReady" not in posted, posted  # the pools' rises are not

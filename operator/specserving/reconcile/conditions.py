@@ -9,9 +9,9 @@ from specserving.reconcile.reasons import CONDITION_TYPES, DECODE_READY, PREFILL
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
 
-# A pool coming up is not posted: Ready's own rise says all of them did, in one Event rather than four (issue 21:
-# a thousand new SpecServings posted 6,000 Events into the burst their children were created in). A pool going
-# down is posted: that is where a user looks.
+# A pool coming up is a transition but not an Event: Ready's own rise says all of them did, in one Event rather than
+# four (issue 21: a thousand new SpecServings posted 6,000 Events into the burst their children were created in). A
+# pool going down is posted: that is where a user looks.
 QUIET_RISES = frozenset({PREFILL_READY, DECODE_READY, ROUTER_READY})
 
 
@@ -45,16 +45,19 @@ class Transition:
     def warning(self) -> bool:
         return self.reason in WARNING_REASONS
 
+    @property
+    def quiet(self) -> bool:
+        """Remembered as posted, so that the next fall is posted, but not posted as an Event (QUIET_RISES)."""
+        return self.status == TRUE and self.type in QUIET_RISES
+
 
 def transitions(old: list[dict[str, Any]] | None, new: list[dict[str, Any]]) -> list[Transition]:
-    """Conditions whose status changed (but for a pool's rise to True), or that newly carry bad news (a warning
-    reason)."""
+    """Conditions whose status changed, or that newly carry bad news (a warning reason)."""
     previous = {c.get("type"): c for c in old or []}
     found = []
     for c in new:
         before = previous.get(c["type"])
-        changed = before is not None and before.get("status") != c["status"] and c["status"] != UNKNOWN \
-            and not (c["status"] == TRUE and c["type"] in QUIET_RISES)
+        changed = before is not None and before.get("status") != c["status"] and c["status"] != UNKNOWN
         new_bad_news = c["reason"] in WARNING_REASONS and (before is None or before.get("reason") != c["reason"])
         if changed or new_bad_news:
             found.append(Transition(c["type"], c["status"], c["reason"], c["message"]))

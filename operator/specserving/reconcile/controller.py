@@ -449,7 +449,8 @@ class Controller(Watched):
         for t in C.transitions((old or {}).get("conditions"), new["conditions"]):
             if st.posted.get(t.type) != (t.status, t.reason):
                 st.posted[t.type] = (t.status, t.reason)
-                post(self.kube, body, t.reason, f"{t.type} is {t.status}: {t.message}", warning=t.warning)
+                if not t.quiet:
+                    post(self.kube, body, t.reason, f"{t.type} is {t.status}: {t.message}", warning=t.warning)
         desired = plan.desired() or {}
         self.metrics.set_state(key[0], key[1], new["phase"], {
             role: (w.ready if w else 0, desired.get(role)) for role, w in workloads.items()})
