@@ -212,6 +212,26 @@ def test_pokes_within_the_batch_period_make_one_pass() -> None:
     assert passes[0] - started >= 0.2
 
 
+def test_a_ready_owners_pokes_are_not_batched() -> None:
+    states: dict[Key, OwnerState] = {("ns", "a"): OwnerState(ready=True)}
+    passes: list[float] = []
+
+    async def converge(key: Key, body: dict[str, Any]) -> str:
+        passes.append(time.monotonic())
+        return "applied"
+
+    async def main() -> float:
+        queue = WorkQueue(lambda key: {"metadata": {}}, lambda key: states.setdefault(key, OwnerState()), converge,
+                          batch_seconds=5)
+        started = time.monotonic()
+        queue.poke(("ns", "a"))  # its pod was lost
+        await asyncio.sleep(0.1)
+        return started
+
+    started = asyncio.run(main())
+    assert len(passes) == 1 and passes[0] - started < 0.1, "a serving SpecServing's pass waited out the batch"
+
+
 def test_a_poke_asks_whether_the_owner_exists_without_decoding_it() -> None:
     states: dict[Key, OwnerState] = {}
     decoded: list[Key] = []

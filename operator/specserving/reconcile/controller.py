@@ -422,6 +422,7 @@ class Controller(Watched):
             serving_check=checking, serving=self.serving.result(key, rollout))
         new = S.compute(obs, self.clock())
         ready = C.find(new["conditions"], R.READY)
+        st.ready = ready is not None and ready["status"] == C.TRUE
         if checking and plan.spec is not None and ready is not None and ready["status"] == C.TRUE:
             model = plan.spec.model.served_model_name or plan.spec.model.path
             self.serving.ensure(key, rollout, Target(key[0], child_name(key[1], L.ROUTER), plan.spec.router.port,

@@ -16,9 +16,10 @@ from specserving.reconcile.state import Key, OwnerState
 log = logging.getLogger("specserving.reconcile")
 
 MAX_BACKOFF_SECONDS = 60.0
-# A follow-up or resync pass waits this long after the poke that asked for it, so the events a change sets off
-# (three pools' Deployments, ReplicaSets and pods each moving a step) make one pass and one status write rather
-# than one each: kube-controller-manager's --endpointslice-updates-batch-period, for the same reason. A new or
+# While a SpecServing comes up, a follow-up or resync pass waits this long after the poke that asked for it, so the
+# events its pools set off (three Deployments, ReplicaSets and pods each moving a step) make one pass and one
+# status write rather than one each: kube-controller-manager's --endpointslice-updates-batch-period, for the same
+# reason. Once it is Ready, passes run at once: a pool losing a pod is news to report, not to batch. A new or
 # changed spec (kopf's handler) never waits.
 BATCH_SECONDS = 0.25
 
@@ -53,7 +54,7 @@ class WorkQueue:
     async def _drain(self, key: Key, st: OwnerState) -> None:
         try:
             while st.dirty:
-                if self.batch_seconds > 0:
+                if self.batch_seconds > 0 and not st.ready:
                     await asyncio.sleep(self.batch_seconds)  # later pokes join this pass
                 # The lock is taken per pass, not across the loop: the kopf handler of this SpecServing waits on
                 # it, and kopf updates this SpecServing's index entry (a new generation, its deletion) only after

@@ -44,6 +44,9 @@ class OwnerState:
     # The most urgent poke since the pending pass was asked for, and the running pass's ticket (reconcile/calls.py).
     urgency: Urgency = Urgency.BACKGROUND
     ticket: Ticket | None = None
+    # The last pass found it Ready: its poked passes run at once rather than after queue.BATCH_SECONDS, so a pod
+    # lost from a serving SpecServing shows in its status even when kwok (or a warm node) replaces it within it.
+    ready: bool = False
     plan: Plan | None = None
     applied: dict[ChildRef, Applied] = field(default_factory=dict)
     # The uid of the last deletion the watch showed per child: an object we applied that is already gone must be
