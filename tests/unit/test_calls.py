@@ -187,17 +187,22 @@ def test_a_raised_pass_goes_ahead_of_older_passes_in_its_new_lane() -> None:
     assert asyncio.run(main()) == ["follow-up of the scaled one", "new object's apply"]
 
 
-def test_pokes_within_the_batch_period_make_one_pass() -> None:
-    states: dict[Key, OwnerState] = {}
+def timed_queue(states: dict[Key, OwnerState], batch_seconds: float) -> tuple[WorkQueue, list[float]]:
+    """A queue over `states` whose passes only record when they ran."""
     passes: list[float] = []
 
     async def converge(key: Key, body: dict[str, Any]) -> str:
         passes.append(time.monotonic())
         return "applied"
 
+    return WorkQueue(lambda key: {"metadata": {}}, lambda key: states.setdefault(key, OwnerState()), converge,
+                     batch_seconds=batch_seconds), passes
+
+
+def test_pokes_within_the_batch_period_make_one_pass() -> None:
+    queue, passes = timed_queue({}, batch_seconds=0.2)
+
     async def main() -> float:
-        queue = WorkQueue(lambda key: {"metadata": {}}, lambda key: states.setdefault(key, OwnerState()), converge,
-                          batch_seconds=0.2)
         started = time.monotonic()
         queue.poke(("ns", "a"))
         await asyncio.sleep(0.05)
@@ -213,16 +218,9 @@ def test_pokes_within_the_batch_period_make_one_pass() -> None:
 
 
 def test_a_ready_owners_pokes_are_not_batched() -> None:
-    states: dict[Key, OwnerState] = {("ns", "a"): OwnerState(ready=True)}
-    passes: list[float] = []
-
-    async def converge(key: Key, body: dict[str, Any]) -> str:
-        passes.append(time.monotonic())
-        return "applied"
+    queue, passes = timed_queue({("ns", "a"): OwnerState(ready=True)}, batch_seconds=5)
 
     async def main() -> float:
-        queue = WorkQueue(lambda key: {"metadata": {}}, lambda key: states.setdefault(key, OwnerState()), converge,
-                          batch_seconds=5)
         started = time.monotonic()
         queue.poke(("ns", "a"))  # its pod was lost
         await asyncio.sleep(0.1)

@@ -423,7 +423,7 @@ class Controller(Watched):
         new = S.compute(obs, self.clock())
         ready = C.find(new["conditions"], R.READY)
         st.ready = ready is not None and ready["status"] == C.TRUE
-        if checking and plan.spec is not None and ready is not None and ready["status"] == C.TRUE:
+        if checking and plan.spec is not None and st.ready:
             model = plan.spec.model.served_model_name or plan.spec.model.path
             self.serving.ensure(key, rollout, Target(key[0], child_name(key[1], L.ROUTER), plan.spec.router.port,
                                                      model))
