@@ -19,6 +19,7 @@ from bench import measure as M
 from bench import peer as P
 from bench import report as R
 from bench import workload as W
+from bench.floor import FloorWebhook
 from bench.operating import Operator
 from bench.recorder import Recorder
 
@@ -117,8 +118,8 @@ def run_size(cl: C.Cluster, n: int, s: M.Settings, extra: list[str], webhook: li
         rss_start, _ = op.memory()
         if configuration is not None:
             wait_webhook(cl, op_ns, s)
-            for rate in s.webhook_rates if webhook is not None else ():
-                webhook.append(M.webhook(cl, op, op_ns, base_ns, s, rate))
+            if webhook is not None:
+                webhook += measure_webhook(cl, op, n, op_ns, base_ns, s)
         result["operator"] = M.operator_phase(cl, n, op_ns, op_rec, op, s, refs)
         result["operator"]["rss_start_mib"] = rss_start
         result["operator"]["log_errors"] = log_errors(op.tail(10**9))
@@ -142,6 +143,20 @@ def run_size(cl: C.Cluster, n: int, s: M.Settings, extra: list[str], webhook: li
                 cl.kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found", check=False)
     result["seconds"] = time.monotonic() - started
     return result
+
+
+def measure_webhook(cl: C.Cluster, op: Operator, n: int, op_ns: str, base_ns: str,
+                    s: M.Settings) -> list[dict[str, Any]]:
+    """The webhook series at every rate, beside the no-op Go webhook (bench/floor.py) in a namespace of its own."""
+    floor_ns = f"bench-floor-{n}"
+    cl.create_namespace(floor_ns, {"specserving.io/bench": "true"})
+    floor = FloorWebhook(cl.kubeconfig, floor_ns, s.out_dir)
+    try:
+        wait_webhook(cl, floor_ns, s)
+        return [M.webhook(cl, op, op_ns, base_ns, floor_ns, s, rate) for rate in s.webhook_rates]
+    finally:
+        floor.stop()
+        cl.kubectl("delete", "namespace", floor_ns, "--wait=false", "--ignore-not-found", check=False)
 
 
 def measure_peer(cl: C.Cluster, n: int, s: M.Settings) -> dict[str, Any]:

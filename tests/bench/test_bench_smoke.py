@@ -99,11 +99,13 @@ def test_bench_runs_and_reports_every_figure(run: tuple[subprocess.CompletedProc
     _numbers({k: idle[k] for k in ("passes", "operator_requests", "operator_writes", "status_writes",
                                    "apiserver_applies_and_specserving_writes", "cpu_seconds")}, "idle")
     assert idle["seconds"] == 3 and idle["passes"] >= N, idle
-    for series in ("webhook", "no_webhook", "webhook_direct"):
+    for series in ("webhook", "no_webhook", "noop_webhook", "webhook_direct"):
         assert wh[series]["n"] >= 20 and wh[series]["errors"] == 0, wh[series]
         _numbers({k: wh[series][k] for k in ("p50_ms", "p99_ms", "max_ms", "achieved_rate")}, series)
     _numbers({k: wh[k] for k in ("added_p50_ms", "added_p99_ms", "handler_p50_ms", "handler_p99_ms",
-                                 "apiserver_call_p99_ms", "quiet_wait_s", "cpu_busy_before")}, "webhook")
+                                 "apiserver_call_p99_ms", "quiet_wait_s", "cpu_busy_before", "noop_added_p50_ms",
+                                 "noop_added_p99_ms", "beyond_noop_p50_ms", "beyond_noop_p99_ms",
+                                 "noop_apiserver_call_p99_ms")}, "webhook")
     assert 0 <= wh["cpu_busy_before"] <= 1, wh["cpu_busy_before"]
     assert results["settings"]["webhook_quiet"]["limit_s"] == 20
     assert wh["quiet_wait_s"] <= 20 + 2 * results["settings"]["webhook_quiet"]["window_s"], "the quiet wait is capped"
@@ -116,7 +118,8 @@ def test_bench_runs_and_reports_every_figure(run: tuple[subprocess.CompletedProc
     for words in ("## Targets", "within 1.2x of raw SSA", "within 1.5x of scaling the Deployment",
                   "zero writes on an idle resync", "200 MiB RSS", "webhook p99", "## Every figure", f"N={N}",
                   "benchmarks-latency.png", "Kubernetes v1.", "the webhook on certificate files",
-                  "seconds waited for them to settle", "each apply alone in order"):
+                  "seconds waited for them to settle", "each apply alone in order", "a no-op Go webhook adds",
+                  "ours adds beyond the no-op webhook"):
         assert words in md, words
     figures = md.split("## Every figure")[1].split("## Method")[0]
     assert "| - |" not in figures, f"a figure is missing in the table:\n{figures}"

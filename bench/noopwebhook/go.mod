@@ -1,0 +1,3 @@
+module specserving.local/noopwebhook
+
+go 1.26
