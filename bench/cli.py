@@ -150,12 +150,14 @@ def measure_webhook(cl: C.Cluster, op: Operator, n: int, op_ns: str, base_ns: st
     """The webhook series at every rate, beside the no-op Go webhook (bench/floor.py) in a namespace of its own."""
     floor_ns = f"bench-floor-{n}"
     cl.create_namespace(floor_ns, {"specserving.io/bench": "true"})
-    floor = FloorWebhook(cl.kubeconfig, floor_ns, s.out_dir)
     try:
-        wait_webhook(cl, floor_ns, s)
-        return [M.webhook(cl, op, op_ns, base_ns, floor_ns, s, rate) for rate in s.webhook_rates]
+        floor = FloorWebhook(cl.kubeconfig, floor_ns, s.out_dir)
+        try:
+            wait_webhook(cl, floor_ns, s)
+            return [M.webhook(cl, op, op_ns, base_ns, floor_ns, s, rate) for rate in s.webhook_rates]
+        finally:
+            floor.stop()
     finally:
-        floor.stop()
         cl.kubectl("delete", "namespace", floor_ns, "--wait=false", "--ignore-not-found", check=False)
 
 

@@ -53,6 +53,16 @@ class Api:
         except ValueError:
             return r.status, r.data.decode(errors="replace")
 
+    def apply_webhook_configuration(self, configuration: dict[str, Any]) -> None:
+        """Server-side apply of a ValidatingWebhookConfiguration as the bench's field manager."""
+        name = configuration["metadata"]["name"]
+        status, body = self.request(
+            "PATCH", f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}",
+            configuration, content_type="application/apply-patch+yaml",
+            query={"fieldManager": "specserving-bench", "force": "true"})
+        if status not in (200, 201):
+            raise RuntimeError(f"cannot apply the ValidatingWebhookConfiguration {name}: {status}: {body}")
+
     def get(self, path: str, **query: str) -> Any:
         status, body = self.request("GET", path, query=query or None)
         if status != 200:

@@ -66,14 +66,11 @@ class Operator(OperatorProcess):
                 raise RuntimeError(f"the operator did not become healthy in 60 s; log: {log}\n{self.tail()}")
             time.sleep(0.2)
         if configuration is not None:
-            name = configuration["metadata"]["name"]
-            status, body = Api(kubeconfig).request(
-                "PATCH", f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{name}",
-                configuration, content_type="application/apply-patch+yaml",
-                query={"fieldManager": "specserving-bench", "force": "true"})
-            if status not in (200, 201):
+            try:
+                Api(kubeconfig).apply_webhook_configuration(configuration)
+            except RuntimeError:
                 self.stop()
-                raise RuntimeError(f"cannot apply the ValidatingWebhookConfiguration {name}: {status}: {body}")
+                raise
 
     def cpu_seconds(self) -> float:
         """User + system CPU of the operator process so far (its threads included)."""
