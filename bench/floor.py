@@ -13,7 +13,6 @@ import os
 import shutil
 import ssl
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -25,9 +24,9 @@ from specserving.webhook.configuration import validating_configuration
 from specserving.webhook.tls import generate
 
 from bench.kubeapi import Api
+from bench.measure import FLOOR_WEBHOOK_NAME, wait_until
 
 SOURCE = Path(__file__).resolve().parent / "noopwebhook"
-WEBHOOK_NAME = "noop.specservings.bench.specserving.io"  # not ours: the API server's histogram tells them apart
 
 
 def _cache() -> Path:
@@ -73,7 +72,7 @@ class FloorWebhook:
         self.api = Api(kubeconfig)
         self.configuration = validating_configuration(material.ca_pem, url=f"https://127.0.0.1:{self.port}",
                                                       name="specserving-bench-floor", namespaces=[namespace])
-        self.configuration["webhooks"][0]["name"] = WEBHOOK_NAME
+        self.configuration["webhooks"][0]["name"] = FLOOR_WEBHOOK_NAME
         try:
             self._wait_listening(ssl.create_default_context(cadata=material.ca_pem.decode()))
             self.api.apply_webhook_configuration(self.configuration)
@@ -82,19 +81,18 @@ class FloorWebhook:
             raise
 
     def _wait_listening(self, context: ssl.SSLContext) -> None:
-        deadline = time.monotonic() + 30
-        while True:
+        def answering() -> bool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"the no-op webhook exited with {self.proc.returncode}: {self.log.read_text()}")
             try:
                 with urllib.request.urlopen(f"https://127.0.0.1:{self.port}/", timeout=2, context=context):
-                    return
+                    return True
             except urllib.error.HTTPError:
-                return  # it answered (400: an empty body is no review)
+                return True  # it answered (400: an empty body is no review)
             except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the no-op webhook did not listen in 30 s: {self.log.read_text()}") from None
-                time.sleep(0.1)
+                return False
+
+        wait_until(f"the no-op webhook to listen (its log: {self.log})", answering, 30, interval=0.1)
 
     def stop(self) -> None:
         """Remove the configuration first: it fails closed, and would refuse the namespace's SpecServings."""
